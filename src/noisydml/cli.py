@@ -1,0 +1,36 @@
+"""Shared argument handling for ``stages/*.py``: load params, turn known errors into clean exits."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from noisydml.config import ParamsError, load_params
+from noisydml.data.folder import DatasetError
+
+
+def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], None], body: Callable) -> None:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    add_args(parser)
+    args = parser.parse_args()
+    try:
+        params = load_params(args.params)
+        body(params, args)
+    except ParamsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except (FileNotFoundError, DatasetError) as e:
+        # Known, user-facing problems (missing inputs, bad data files): the message says what to do.
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def check_in_grid(params: dict, **names) -> None:
+    """Refuse to run an item that params.yaml's grid does not list (a stale stage name, a typo)."""
+    grid = params["grid"]
+    keys = {"dataset": "datasets", "noise": "noises", "method": "methods", "seed": "seeds"}
+    for key, value in names.items():
+        if value not in grid[keys[key]]:
+            raise ParamsError(f"--{key} {value!r} is not in grid.{keys[key]} ({grid[keys[key]]})")

@@ -1,0 +1,86 @@
+"""Retrieval metrics, computed by pytorch-metric-learning's AccuracyCalculator on faiss.
+
+Protocol (as PRISM's and SGPS's code): the test split is both query and
+gallery, each query excluded from its own neighbours; embeddings are
+L2-normalised, search is exact. Metrics:
+
+- Precision@1, MAP@R and R-Precision (R = the query's class size - 1), from
+  AccuracyCalculator with k = min(max_k, largest class size - 1);
+- Recall@K (BSPML's tables): the fraction of queries with a same-class item
+  among their K nearest neighbours, added to the calculator below;
+- NMI of faiss k-means with as many clusters as test classes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+from pytorch_metric_learning.utils.inference import FaissKMeans, FaissKNN
+
+KNN_METRICS = ("precision_at_1", "mean_average_precision_at_r", "r_precision")
+
+
+def METRIC_NAMES(recall_at) -> list[str]:  # noqa: N802 - reads as a constant at call sites
+    """Names of every metric :func:`retrieval_metrics` returns, in report order."""
+    return ["precision_at_1", *[f"recall_at_{k}" for k in recall_at], "mean_average_precision_at_r", "r_precision", "nmi"]
+
+
+class RetrievalCalculator(AccuracyCalculator):
+    """AccuracyCalculator plus ``recall_at_<K>`` metrics (K from params)."""
+
+    def __init__(self, recall_at=(), **kwargs):
+        self.recall_at = tuple(int(k) for k in recall_at)
+        for k in self.recall_at:
+            # AccuracyCalculator discovers metrics by their "calculate_" attribute names.
+            setattr(self, f"calculate_recall_at_{k}", self._recall_fn(k))
+        super().__init__(**kwargs)
+
+    def _recall_fn(self, k: int):
+        def calculate(knn_labels, query_labels, not_lone_query_mask, **_):
+            knn = knn_labels[not_lone_query_mask][:, :k]
+            queries = query_labels[not_lone_query_mask][:, None]
+            if len(queries) == 0:
+                return float("nan")
+            return (knn == queries).any(dim=1).float().mean().item()
+
+        return calculate
+
+    def requires_knn(self):
+        return super().requires_knn() + [f"recall_at_{k}" for k in self.recall_at]
+
+
+def retrieval_metrics(
+    embeddings, labels, recall_at=(1, 2, 4, 8), max_k: int = 1023, nmi: bool = True, seed: int = 0,
+    include: tuple[str, ...] | None = None,
+) -> dict[str, float]:
+    """All retrieval metrics of a test set (query = gallery, self excluded).
+
+    ``include`` restricts to some metric names (e.g. the cheap ones for per-epoch monitoring).
+    """
+    emb = torch.as_tensor(np.asarray(embeddings), dtype=torch.float32)
+    emb = torch.nn.functional.normalize(emb, dim=1)  # faiss IndexFlatL2 on unit vectors = cosine ranking
+    lab = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+    if len(emb) != len(lab):
+        raise ValueError(f"{len(emb)} embeddings but {len(lab)} labels")
+    largest_class = int(torch.bincount(lab).max())
+    k = max(1, min(max_k, max(largest_class - 1, max(recall_at, default=1))))
+    # With the query in the gallery, "max_bin_count" means largest class - 1 neighbours; naming it
+    # that way keeps the library from warning that an equal integer k is too small.
+    k_arg = "max_bin_count" if k == largest_class - 1 else k
+    names = METRIC_NAMES(recall_at)
+    if not nmi:
+        names.remove("nmi")
+    if include is not None:
+        names = [n for n in names if n in include]
+    internal = ["NMI" if n == "nmi" else n for n in names]
+    calc = RetrievalCalculator(
+        recall_at=recall_at,
+        include=tuple(internal),
+        k=k_arg,
+        device=torch.device("cpu"),
+        knn_func=FaissKNN(),
+        kmeans_func=FaissKMeans(niter=20, seed=seed),
+    )
+    result = calc.get_accuracy(emb, lab)
+    return {("nmi" if key == "NMI" else key): float(value) for key, value in result.items()}

@@ -1,0 +1,152 @@
+"""Baselines from the papers' tables, all built from pytorch-metric-learning.
+
+Each entry names a pml loss (and miner), its papers' default hyper-parameters
+(overridable in ``methods.<name>.loss`` / ``.miner`` of params.yaml) and
+whether it owns proxies (which then train with ``lr_multiplier`` times the
+base learning rate, as Proxy-Anchor and SoftTriple do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from pytorch_metric_learning import distances, losses, miners
+
+from noisydml.config import Field
+from noisydml.methods.base import Method, MethodSetup, MethodSpec
+
+
+@dataclass(frozen=True)
+class PMLBaseline:
+    loss_cls: Callable[..., torch.nn.Module]
+    loss_defaults: dict[str, Any]
+    description: str
+    #: Constructor arguments that are not hyper-parameters (e.g. the distance).
+    fixed: Callable[[], dict[str, Any]] = dict
+    #: Which of num_classes / embedding_size the loss constructor needs.
+    needs: tuple[str, ...] = ()
+    miner_cls: Callable[..., torch.nn.Module] | None = None
+    miner_defaults: dict[str, Any] = field(default_factory=dict)
+    lr_multiplier: float = 1.0
+    #: Wrap the loss in a cross-batch memory (XBM) of ``memory_size`` embeddings.
+    memory: bool = False
+
+
+def cosine() -> dict[str, Any]:
+    return {"distance": distances.CosineSimilarity()}
+
+
+BASELINES: dict[str, PMLBaseline] = {
+    "ms": PMLBaseline(
+        losses.MultiSimilarityLoss, {"alpha": 2.0, "beta": 50.0, "base": 0.5},
+        "multi-similarity loss + its miner (Wang et al. 2019)",
+        miner_cls=miners.MultiSimilarityMiner, miner_defaults={"epsilon": 0.1},
+    ),
+    "contrastive": PMLBaseline(
+        losses.ContrastiveLoss, {"pos_margin": 1.0, "neg_margin": 0.0},
+        "contrastive loss on cosine similarities (BSPML's setting: pos margin 1, neg margin 0)", fixed=cosine,
+    ),
+    "triplet": PMLBaseline(
+        losses.TripletMarginLoss, {"margin": 0.1, "smooth_loss": True},
+        "smooth triplet loss over all triplets of the batch",
+    ),
+    "margin": PMLBaseline(
+        losses.MarginLoss, {"margin": 0.2, "nu": 0.0, "beta": 1.2, "learn_beta": True},
+        "margin loss with learned beta + distance-weighted sampling (Wu et al. 2017)",
+        needs=("num_classes",), miner_cls=miners.DistanceWeightedMiner,
+        miner_defaults={"cutoff": 0.5, "nonzero_loss_cutoff": 1.4},
+    ),
+    "fastap": PMLBaseline(losses.FastAPLoss, {"num_bins": 10}, "FastAP (Cakir et al. 2019)"),
+    "proxy_anchor": PMLBaseline(
+        losses.ProxyAnchorLoss, {"margin": 0.1, "alpha": 32.0}, "Proxy-Anchor (Kim et al. 2020)",
+        needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
+    ),
+    "snr": PMLBaseline(
+        losses.SignalToNoiseRatioContrastiveLoss, {"pos_margin": 0.0, "neg_margin": 1.0},
+        "signal-to-noise-ratio contrastive loss (Yuan et al. 2019)",
+    ),
+    "softtriple": PMLBaseline(
+        losses.SoftTripleLoss, {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01},
+        "SoftTriple (Qian et al. 2019)", needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
+    ),
+    "proxynca": PMLBaseline(
+        losses.ProxyNCALoss, {"softmax_scale": 1.0}, "ProxyNCA (Movshovitz-Attias et al. 2017)",
+        needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
+    ),
+    "normalized_softmax": PMLBaseline(
+        losses.NormalizedSoftmaxLoss, {"temperature": 0.05}, "normalized softmax (Zhai & Wu 2019)",
+        needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
+    ),
+    "circle": PMLBaseline(losses.CircleLoss, {"m": 0.4, "gamma": 80.0}, "Circle loss (Sun et al. 2020)"),
+    "supcon": PMLBaseline(losses.SupConLoss, {"temperature": 0.1}, "supervised contrastive (Khosla et al. 2020)"),
+    "mcl": PMLBaseline(
+        losses.ContrastiveLoss, {"pos_margin": 1.0, "neg_margin": 0.5},
+        "memory contrastive loss: contrastive (margin 0.5 on cosine similarity) over a cross-batch "
+        "memory (XBM, Wang et al. 2020; called MCL in PRISM/SGPS)",
+        fixed=cosine, memory=True,
+    ),
+}
+
+
+def _schema_from_defaults(defaults: dict[str, Any]) -> dict[str, Field]:
+    return {k: Field(type(v), v) for k, v in defaults.items()}
+
+
+class PMLMethod(Method):
+    """A pytorch-metric-learning loss (+ miner, + cross-batch memory) behind the method interface."""
+
+    def __init__(self, setup: MethodSetup, baseline: PMLBaseline):
+        super().__init__(setup)
+        kwargs = {**baseline.fixed(), **setup.hparams["loss"]}
+        if "num_classes" in baseline.needs:
+            kwargs["num_classes"] = setup.num_classes
+        if "embedding_size" in baseline.needs:
+            kwargs["embedding_size"] = setup.embedding_dim
+        loss = baseline.loss_cls(**kwargs)
+        self.miner = baseline.miner_cls(**setup.hparams["miner"]) if baseline.miner_cls else None
+        if baseline.memory:
+            self.loss_fn = losses.CrossBatchMemory(
+                loss, setup.embedding_dim, memory_size=setup.hparams["memory_size"], miner=self.miner
+            )
+            self.miner = None  # the memory wrapper mines against the memory itself
+        else:
+            self.loss_fn = loss
+
+    def loss(self, embeddings, labels, sample_ids, step):
+        if self.miner is not None:
+            value = self.loss_fn(embeddings, labels, self.miner(embeddings, labels))
+        else:
+            value = self.loss_fn(embeddings, labels)
+        return value, {}
+
+    # The cross-batch memory keeps its queue position outside its state_dict: save it for resume.
+    def get_extra_state(self):
+        if isinstance(self.loss_fn, losses.CrossBatchMemory):
+            return {"queue_idx": int(self.loss_fn.queue_idx), "has_been_filled": bool(self.loss_fn.has_been_filled)}
+        return {}
+
+    def set_extra_state(self, state):
+        if isinstance(self.loss_fn, losses.CrossBatchMemory):
+            self.loss_fn.queue_idx = state["queue_idx"]
+            self.loss_fn.has_been_filled = state["has_been_filled"]
+
+
+def baseline_spec(baseline: PMLBaseline) -> MethodSpec:
+    schema: dict[str, Field] = {
+        "loss": Field(dict, dict(baseline.loss_defaults)),
+        "lr_multiplier": Field(float, baseline.lr_multiplier, min=0.0),
+    }
+    nested = {"loss": _schema_from_defaults(baseline.loss_defaults)}
+    if baseline.miner_cls is not None:
+        schema["miner"] = Field(dict, dict(baseline.miner_defaults))
+        nested["miner"] = _schema_from_defaults(baseline.miner_defaults)
+    if baseline.memory:
+        schema["memory_size"] = Field(int, 8192, min=1)
+    return MethodSpec(
+        build=lambda setup: PMLMethod(setup, baseline),
+        schema=schema,
+        description=baseline.description,
+        nested=nested,
+    )

@@ -1,0 +1,215 @@
+"""What each DVC stage does, as functions of validated params and paths.
+
+``stages/*.py`` only parse arguments and call these. Paths follow one layout
+(:class:`Layout`) so dvc.yaml, the stages and the report agree on where
+things are.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from noisydml import io
+from noisydml.config import run_name
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path = Path(".")
+
+    def prepared(self, dataset: str) -> Path:
+        return self.root / "data" / "prepared" / dataset
+
+    def noisy(self, dataset: str, noise: str) -> Path:
+        return self.root / "data" / "noisy" / dataset / noise
+
+    def run(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+        return self.root / "runs" / dataset / noise / method / f"seed{seed}"
+
+    def checkpoint(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+        # Outside DVC's outputs: DVC deletes a stage's outputs before running it, and a
+        # killed run must find its checkpoint when `dvc repro` starts it again.
+        return self.root / ".checkpoints" / dataset / noise / method / f"seed{seed}" / "last.pt"
+
+    def metrics(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+        return self.root / "metrics" / dataset / noise / method / f"seed{seed}.json"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+
+# --------------------------------------------------------------------------- prepare
+
+
+def prepare(params: dict, dataset: str, layout: Layout = Layout()) -> dict:
+    from noisydml.data.registry import prepare_dataset
+
+    t0 = time.perf_counter()
+    info = prepare_dataset(dataset, params["datasets"][dataset], layout.prepared(dataset), base_dir=layout.root)
+    print(
+        f"prepared {dataset}: {info['num_samples']} images, {info['num_classes']} classes "
+        f"({info['num_train_classes']} train / {info['num_test_classes']} test) in {time.perf_counter() - t0:.1f}s"
+    )
+    return info
+
+
+# --------------------------------------------------------------------------- corrupt
+
+
+def train_split(prepared_dir: Path):
+    """The training part of a prepared dataset, labels mapped to 0..C-1 (in class order)."""
+    from noisydml.data.prepared import PreparedDataset
+
+    ds = PreparedDataset.load(prepared_dir)
+    train = ds.split("train")
+    classes = np.sort(train["label"].unique())
+    dense = np.searchsorted(classes, train["label"].to_numpy())
+    return ds, train, dense
+
+
+def corrupt(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -> dict:
+    from noisydml.noise import corrupt_labels
+
+    _, train, labels = train_split(layout.prepared(dataset))
+    table, stats = corrupt_labels(train["sample_id"].to_numpy(), labels, params["noise"][noise])
+    stats = {"dataset": dataset, "noise": noise, **stats}
+    with io.atomic_dir(layout.noisy(dataset, noise)) as tmp:
+        table.to_csv(tmp / "labels.csv", index=False)
+        io.write_json(tmp / "stats.json", stats)
+    print(
+        f"corrupt {dataset}/{noise}: kind={stats['kind']} nominal rate={stats['nominal_rate']:.3f} "
+        f"actual rate={stats['actual_rate']:.3f} ({stats['num_noisy']} of {stats['num_samples']} labels changed)"
+    )
+    return stats
+
+
+def load_noisy_labels(path: Path, train_sample_ids: np.ndarray) -> pd.DataFrame:
+    table = pd.read_csv(path / "labels.csv")
+    if not np.array_equal(table["sample_id"].to_numpy(), train_sample_ids):
+        raise ValueError(
+            f"{path / 'labels.csv'}: its sample ids do not match the prepared dataset's training split; "
+            "re-run the corrupt stage (dvc repro)"
+        )
+    return table
+
+
+# --------------------------------------------------------------------------- train
+
+
+def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout(),
+          tracker_factory=None, progress: bool = True) -> Path:
+    """Train one run; write ``model.pt``, ``test_embeddings.npz``, ``history.csv``, ``run.json``."""
+    import torch
+
+    from noisydml.data.prepared import PreparedDataset
+    from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
+    from noisydml.reporting.plots import plot_history
+    from noisydml.tracking import MlflowTracker, git_commit
+
+    ds, train_rows, _ = train_split(layout.prepared(dataset))
+    noisy = load_noisy_labels(layout.noisy(dataset, noise), train_rows["sample_id"].to_numpy())
+    test_rows = ds.split("test")
+    images = np.asarray(ds.images)
+    train_set = ImageSet(images[train_rows["sample_id"].to_numpy()], noisy["label"].to_numpy(), noisy["is_noisy"].to_numpy().astype(bool))
+    test_set = ImageSet(images[test_rows["sample_id"].to_numpy()], test_rows["label"].to_numpy())
+
+    labels_digest = pd.util.hash_pandas_object(noisy, index=False).sum()
+    spec = RunSpec(
+        method=method,
+        method_hparams=params["methods"][method],
+        train=params["train"],
+        seed=seed,
+        data_fingerprint=f"{ds.info['images_sha256']}:{int(labels_digest)}",
+        evaluate=params["evaluate"],
+    )
+    name = run_name(dataset, noise, method, seed)
+    if tracker_factory is None:
+        tracker = MlflowTracker(
+            params["tracking"]["experiment"],
+            name,
+            params={
+                "dataset": dataset, "noise": noise, "method": method, "seed": seed,
+                "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
+                "method_hparams": params["methods"][method], "train": params["train"],
+            },
+            tags={"dvc_stage": f"train@{name}", "git_commit": git_commit(layout.root), "dataset": dataset,
+                  "noise": noise, "method": method, "seed": str(seed)},
+        )
+    else:
+        tracker = tracker_factory(name)
+    checkpoint = layout.checkpoint(dataset, noise, method, seed)
+    trainer = Trainer(spec, train_set, test_set, checkpoint, tracker=tracker, progress=progress)
+    try:
+        result = trainer.fit()
+    except BaseException:
+        tracker.end(status="KILLED")
+        raise
+
+    out = layout.run(dataset, noise, method, seed)
+    history = pd.DataFrame(result.history)
+    with io.atomic_dir(out) as tmp:
+        torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),
+                    "train": params["train"], "method_name": method}, tmp / "model.pt")
+        np.savez(tmp / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
+                 labels=test_set.labels, sample_ids=test_rows["sample_id"].to_numpy())
+        history.to_csv(tmp / "history.csv", index=False)
+        plot_history(history, f"{name}", tmp / "training_curves.png")
+        io.write_json(tmp / "run.json", {
+            "run_name": name, "mlflow_run_id": result.run_id, "fingerprint": spec.fingerprint(),
+            "resumed_from_epoch": result.resumed_from_epoch, "epochs": params["train"]["epochs"],
+        })
+    if hasattr(tracker, "log_artifact"):
+        tracker.log_artifact(out / "history.csv")
+        tracker.log_artifact(out / "training_curves.png")
+    tracker.end(status="FINISHED")
+    checkpoint.unlink(missing_ok=True)  # the run is complete; runs/ holds the final model
+    return out
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def evaluate(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout(),
+             log_to_mlflow: bool = True) -> dict:
+    from noisydml.evaluation.retrieval import retrieval_metrics
+
+    run = layout.run(dataset, noise, method, seed)
+    if not (run / "test_embeddings.npz").is_file():
+        raise FileNotFoundError(f"{run / 'test_embeddings.npz'}: missing; run the train stage first (dvc repro)")
+    data = np.load(run / "test_embeddings.npz")
+    cfg = params["evaluate"]
+    t0 = time.perf_counter()
+    metrics = retrieval_metrics(data["embeddings"], data["labels"], recall_at=cfg["recall_at"],
+                                max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed)
+    seconds = time.perf_counter() - t0
+    run_info = io.read_json(run / "run.json")
+    result = {
+        "dataset": dataset, "noise": noise, "method": method, "seed": seed,
+        "num_queries": int(len(data["labels"])), "num_classes": int(len(np.unique(data["labels"]))),
+        "metrics": metrics, "eval_seconds": seconds, "mlflow_run_id": run_info.get("mlflow_run_id"),
+    }
+    out = layout.metrics(dataset, noise, method, seed)
+    io.write_json(out, result)
+    if log_to_mlflow and run_info.get("mlflow_run_id"):
+        from noisydml.tracking import log_to_run
+
+        log_to_run(run_info["mlflow_run_id"], {f"final_{k}": v for k, v in metrics.items()}, [out])
+    print(f"evaluate {run_name(dataset, noise, method, seed)}: " + " ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report(params: dict, layout: Layout = Layout()) -> Path:
+    from noisydml.reporting.tables import write_report
+
+    return write_report(params, layout)

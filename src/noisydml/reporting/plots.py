@@ -1,0 +1,60 @@
+"""Plots (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def _save(fig, path: Path) -> None:
+    from noisydml import io
+
+    io.write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"))
+    plt.close(fig)
+
+
+def plot_history(history: pd.DataFrame, title: str, path: Path) -> None:
+    """Training loss and monitored test P@1 / MAP@R per epoch."""
+    fig, ax_loss = plt.subplots(figsize=(6, 3.5))
+    ax_loss.plot(history["epoch"], history["loss"], "o-", color="tab:red", label="train loss")
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("loss", color="tab:red")
+    monitored = [c for c in ("test_precision_at_1", "test_mean_average_precision_at_r") if c in history]
+    if monitored:
+        ax = ax_loss.twinx()
+        for col, style in zip(monitored, ("s-", "^--")):
+            rows = history.dropna(subset=[col])
+            ax.plot(rows["epoch"], rows[col], style, label=col.removeprefix("test_"))
+        ax.set_ylabel("test metric (monitoring only)")
+        ax.legend(loc="lower right", fontsize=8)
+    ax_loss.set_title(title)
+    _save(fig, path)
+
+
+def plot_metric_vs_noise(points: pd.DataFrame, metric: str, path: Path) -> None:
+    """One panel per dataset; one line per (method, noise kind) of ``metric`` against the noise rate.
+
+    ``points`` has columns dataset, method, noise_kind, noise_rate, ``metric`` and ``metric``_std.
+    Clean labels (kind ``none``) are the rate-0 point of every kind's line.
+    """
+    datasets = list(dict.fromkeys(points["dataset"]))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        rows = points[points["dataset"] == dataset]
+        kinds = [k for k in dict.fromkeys(rows["noise_kind"]) if k != "none"] or ["none"]
+        for method in dict.fromkeys(rows["method"]):
+            for kind, style in zip(kinds, ("o-", "s--", "^:", "d-.")):
+                line = rows[(rows["method"] == method) & rows["noise_kind"].isin({kind, "none"})].sort_values("noise_rate")
+                label = method if len(kinds) == 1 else f"{method} ({kind})"
+                ax.errorbar(line["noise_rate"], line[metric], yerr=line.get(f"{metric}_std"), fmt=style, capsize=3, label=label)
+        ax.set_title(dataset)
+        ax.set_xlabel("noise rate")
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    _save(fig, path)

@@ -1,0 +1,22 @@
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def raw_params():
+    """The repository's params.yaml as a plain mapping, to modify in a test."""
+    with open(REPO / "params.yaml") as f:
+        return copy.deepcopy(yaml.safe_load(f))
+
+
+def tiny_params(raw):
+    """Shrink params to a few glyph classes and one short epoch."""
+    raw["datasets"]["glyphs"].update(num_classes=12, images_per_class=6, image_size=16)
+    raw["train"].update(epochs=1, batch={"classes": 4, "per_class": 2}, eval_every=1, backbone_width=4, embedding_dim=8)
+    raw["methods"]["mcl"]["memory_size"] = 64
+    return raw

@@ -1,0 +1,46 @@
+import pytest
+
+from noisydml.config import ParamsError, load_params, validate_params
+
+
+def test_repository_params_are_valid():
+    p = load_params("params.yaml")
+    assert p["grid"]["methods"] == ["ms", "contrastive", "mcl", "proxy_anchor"]
+    assert set(p["method_sets"]["all_baselines"]) >= {"ms", "softtriple", "circle", "supcon", "fastap"}
+    # defaults are filled in
+    assert p["methods"]["proxy_anchor"]["lr_multiplier"] == 100.0
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda r: r["grid"].update(methods=["ms", "nope"]), "grid.methods[1]: unknown method 'nope'"),
+        (lambda r: r["noise"]["sym50"].update(rate=1.5), "noise.sym50.rate: 1.5 is above the maximum 1.0"),
+        (lambda r: r["noise"]["sym50"].update(rate=-0.1), "noise.sym50.rate: -0.1 is below the minimum 0.0"),
+        (lambda r: r["grid"].update(datasets=["cub"]), "grid.datasets[0]: unknown dataset 'cub'; allowed: glyphs"),
+        (lambda r: r["grid"].update(noises=["clean", "sym90"]), "unknown noise setting 'sym90'"),
+        (lambda r: r["noise"].update(bad={"kind": "pairflip", "rate": 0.2}), "noise.bad.kind: unknown noise kind 'pairflip'"),
+        (lambda r: r["train"]["batch"].update(classes=500), "train.batch.classes: 500 classes per batch, but dataset 'glyphs' has only 200"),
+        (lambda r: r["train"].update(epochz=3), "train: unknown key 'epochz'"),
+        (lambda r: r["methods"]["ms"]["loss"].update(alpah=2), "methods.ms.loss: unknown key 'alpah'"),
+        (lambda r: r["methods"].update(foo={}), "methods: unknown method 'foo'"),
+        (lambda r: r["train"]["optimizer"].update(name="rmsprop"), "train.optimizer.name: 'rmsprop' is not allowed"),
+        (lambda r: r["train"].update(epochs="ten"), "train.epochs: expected int, got 'ten'"),
+        (lambda r: r["grid"].update(methods=["ms", "ms"]), "grid.methods: 'ms' is listed twice"),
+        (lambda r: r.update(extra=1), "unknown top-level key 'extra'"),
+        (lambda r: r["datasets"].update({"bad-name": {"kind": "glyphs"}}), "is not a valid name"),
+        (lambda r: r["datasets"].update(mine={"kind": "folder", "image_size": 32}), "give exactly one of 'root'"),
+        (lambda r: r["datasets"]["glyphs"].update(num_classes=1000), "datasets.glyphs.num_classes: 1000 is above the maximum"),
+        (lambda r: r["report"].update(metrics=["precision_at_5"]), "report.metrics[0]: unknown metric 'precision_at_5'"),
+    ],
+)
+def test_mistakes_name_key_and_value(raw_params, mutate, message):
+    mutate(raw_params)
+    with pytest.raises(ParamsError) as err:
+        validate_params(raw_params)
+    assert message in str(err.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ParamsError, match="no such file"):
+        load_params(tmp_path / "params.yaml")

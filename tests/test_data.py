@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+from PIL import Image
+
+from noisydml.data import glyphs
+from noisydml.data.folder import DatasetError, load_folder_dataset
+from noisydml.data.prepared import PreparedDataset, write_prepared
+
+
+def test_glyph_classes_are_distinct_and_plentiful():
+    chars = glyphs.available_chars()
+    assert len(chars) >= 400
+    assert len(set(chars)) == len(chars)
+    # Latin A, Greek Alpha and Cyrillic A share outlines: only the first is a class.
+    assert "A" in chars and "\u0391" not in chars and "\u0410" not in chars
+
+
+def test_glyphs_are_deterministic_by_seed():
+    a = glyphs.generate(6, 3, 16, seed=1)
+    b = glyphs.generate(6, 3, 16, seed=1)
+    c = glyphs.generate(6, 3, 16, seed=2)
+    assert np.array_equal(a[0], b[0]) and a[2] == b[2]
+    assert not np.array_equal(a[0], c[0])
+    images, labels, names = a
+    assert images.shape == (18, 16, 16, 1) and images.dtype == np.uint8
+    assert labels.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5]
+    assert len(names) == 6 and all(n.startswith("U+") for n in names)
+    assert images.reshape(18, -1).max(axis=1).min() > 100, "every image shows ink"
+
+
+def test_prepared_split_is_class_disjoint(tmp_path):
+    images, labels, names = glyphs.generate(6, 3, 16, seed=0)
+    info = write_prepared(tmp_path / "ds", images, labels, names, {"kind": "glyphs"})
+    ds = PreparedDataset.load(tmp_path / "ds")
+    train, test = ds.split("train"), ds.split("test")
+    assert set(train["label"]) == {0, 1, 2} and set(test["label"]) == {3, 4, 5}
+    assert info["num_train_samples"] == 9 and len(info["images_sha256"]) == 64
+
+
+def _png(path, value=128, size=10):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((size, size, 3), value, np.uint8)).save(path)
+
+
+def _tree(root, classes=4, per_class=2):
+    for c in range(classes):
+        for i in range(per_class):
+            _png(root / f"class{c}" / f"{i}.png", value=10 * c + i)
+
+
+def test_folder_dataset_reads_class_folders(tmp_path):
+    _tree(tmp_path / "imgs")
+    images, labels, names = load_folder_dataset({"root": "imgs", "csv": "", "image_size": 8, "channels": 1}, tmp_path)
+    assert images.shape == (8, 8, 8, 1)
+    assert names == ["class0", "class1", "class2", "class3"]
+    assert labels.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_folder_dataset_reads_csv(tmp_path):
+    _tree(tmp_path / "imgs")
+    rows = ["path,label"] + [f"imgs/class{c}/{i}.png,c{c}" for c in range(4) for i in range(2)]
+    (tmp_path / "list.csv").write_text("\n".join(rows))
+    images, labels, names = load_folder_dataset({"root": "", "csv": "list.csv", "image_size": 8, "channels": 3}, tmp_path)
+    assert images.shape == (8, 8, 8, 3) and names == ["c0", "c1", "c2", "c3"]
+
+
+def test_folder_errors_name_the_file(tmp_path):
+    _tree(tmp_path / "imgs")
+    cfg = {"root": "imgs", "csv": "", "image_size": 8, "channels": 3}
+    (tmp_path / "imgs" / "class1" / "1.png").write_bytes(b"not an image")
+    with pytest.raises(DatasetError, match=r"cannot read image .*class1/1\.png"):
+        load_folder_dataset(cfg, tmp_path)
+    (tmp_path / "imgs" / "class1" / "1.png").unlink()
+    with pytest.raises(DatasetError, match=r"class 'class1' has a single image .*class1/0\.png"):
+        load_folder_dataset(cfg, tmp_path)
+    (tmp_path / "imgs" / "class9").mkdir()
+    with pytest.raises(DatasetError, match=r"class folder .*class9 is empty"):
+        load_folder_dataset(cfg, tmp_path)
+
+
+def test_folder_csv_missing_file(tmp_path):
+    _tree(tmp_path / "imgs")
+    rows = ["path,label"] + [f"imgs/class{c}/{i}.png,c{c}" for c in range(4) for i in range(2)] + ["imgs/gone.png,c0"]
+    (tmp_path / "list.csv").write_text("\n".join(rows))
+    with pytest.raises(DatasetError, match=r"image .*imgs/gone\.png does not exist"):
+        load_folder_dataset({"root": "", "csv": "list.csv", "image_size": 8, "channels": 3}, tmp_path)

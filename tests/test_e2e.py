@@ -1,0 +1,96 @@
+"""A tiny end-to-end `dvc repro` in a temporary git + DVC repository.
+
+Checks what a user relies on: the grid runs to a report, a second `dvc repro`
+does nothing, changing one noise rate dirties only what depends on it, and
+MLflow holds one finished run per trained model.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, tiny_params
+
+pytestmark = pytest.mark.e2e
+
+
+def _run(cmd, cwd, env):
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy(REPO / name, root / name)
+    for name in ("stages", "plot_templates"):
+        shutil.copytree(REPO / name, root / name)
+    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    with open(REPO / "params.yaml") as f:
+        raw = tiny_params(yaml.safe_load(f))
+    raw["grid"].update(noises=["clean", "sym50"], methods=["ms"], seeds=[0])
+    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    # Stages run `python`: make it this interpreter, whatever PATH says.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "test"
+    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@example.com"
+    _run(["git", "init", "-q"], root, env)
+    _run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    _run([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "init"], root, env)
+    out = _run([sys.executable, "-m", "dvc", "repro"], root, env)
+    return root, env, out
+
+
+def test_repro_produces_report_and_metrics(repo):
+    root, env, out = repo
+    for name in ("results.md", "results.csv", "noise_stats.csv", "p_at_1_vs_noise.png", "metrics.json"):
+        assert (root / "reports" / name).is_file(), name
+    table = (root / "reports" / "results.md").read_text()
+    assert "| ms |" in table and "glyphs / sym50" in table
+    metrics = json.loads((root / "reports" / "metrics.json").read_text())
+    assert set(metrics) == {"glyphs/clean/ms", "glyphs/sym50/ms"}
+    assert 0 <= metrics["glyphs/clean/ms"]["precision_at_1"] <= 1
+    shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env)
+    assert "glyphs/clean/ms" in shown
+
+
+def test_second_repro_does_nothing(repo):
+    root, env, _ = repo
+    status = subprocess.run([sys.executable, "-m", "dvc", "status", "-q"], cwd=root, env=env)
+    assert status.returncode == 0, "dvc status reports changes right after dvc repro"
+    out = _run([sys.executable, "-m", "dvc", "repro"], root, env)
+    assert "Running stage" not in out
+
+
+def test_mlflow_has_one_finished_run_per_model(repo):
+    root, env, _ = repo
+    code = (
+        "import mlflow, json;"
+        f"mlflow.set_tracking_uri('sqlite:///{root / 'mlflow.db'}');"
+        "runs = mlflow.search_runs(experiment_names=['noisydml']);"
+        "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status'], runs['metrics.final_precision_at_1'].notna()))))"
+    )
+    runs = json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
+    assert runs == [["glyphs-clean-ms-0", "FINISHED", True], ["glyphs-sym50-ms-0", "FINISHED", True]]
+
+
+def test_changing_one_noise_rate_dirties_only_its_branch(repo):
+    root, env, _ = repo
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["noise"]["sym50"]["rate"] = 0.4
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = _run([sys.executable, "-m", "dvc", "repro", "--dry"], root, env)
+    ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
+    assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs-sym50-ms-0", "report", "train@glyphs-sym50-ms-0"]
