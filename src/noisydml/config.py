@@ -135,7 +135,7 @@ TRAIN_SCHEMA: dict[str, Field] = {
     "backbone_width": Field(int, 16, min=1, help="channels of the first block of small_cnn"),
     "pretrained": Field(bool, False),
     "embedding_dim": Field(int, 64, min=2),
-    "epochs": Field(int, 8, min=1),
+    "epochs": Field(int, 12, min=1),
     "batch": Field(dict, {"classes": 16, "per_class": 4}),
     "optimizer": Field(dict, {"name": "adam", "lr": 1e-3, "weight_decay": 1e-4}),
     "schedule": Field(dict, {"name": "cosine", "warmup_epochs": 0}),
@@ -317,6 +317,3 @@ def run_name(dataset: str, noise: str, method: str, seed: int) -> str:
     """The name of one training run, as DVC's matrix names it (``train@<run_name>``)."""
     return f"{dataset}-{noise}-{method}-{seed}"
 
-
-def run_dir(root: Path, dataset: str, noise: str, method: str, seed: int) -> Path:
-    return Path(root) / dataset / noise / method / f"seed{seed}"

@@ -7,8 +7,6 @@ things are.
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,21 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _retry_when_locked(fn, attempts: int = 6, delay: float = 0.5):
+    """Run ``fn``; retry while SQLite says the database is locked.
+
+    Parallel experiments (``dvc queue start -j N``) can race to create the schema of a new
+    ``mlflow.db``; the loser sees "database is locked" and succeeds a moment later.
+    """
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as e:  # sqlalchemy's OperationalError arrives wrapped in MlflowException
+            if "database is locked" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(delay * (2**attempt))
+
+
 class MlflowTracker:
     """Starts (or re-opens, on resume) one MLflow run and logs into it."""
 
@@ -68,9 +84,7 @@ class MlflowTracker:
 
     def start(self, run_id: str | None = None) -> str:
         mlflow = self.mlflow
-        if mlflow.get_experiment_by_name(self.experiment) is None:
-            mlflow.create_experiment(self.experiment)
-        mlflow.set_experiment(self.experiment)
+        _retry_when_locked(lambda: mlflow.set_experiment(self.experiment))
         if run_id is not None:
             run = mlflow.start_run(run_id=run_id)
         else:
