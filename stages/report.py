@@ -3,10 +3,5 @@
 from noisydml.cli import run_stage
 from noisydml.pipeline import report
 
-
-def main() -> None:
-    run_stage(__doc__, lambda p: None, lambda params, a: report(params))
-
-
 if __name__ == "__main__":
-    main()
+    run_stage(__doc__, lambda parser: None, lambda params, args: report(params))

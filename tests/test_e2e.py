@@ -91,6 +91,8 @@ def test_changing_one_noise_rate_dirties_only_its_branch(repo):
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["noise"]["sym50"]["rate"] = 0.4
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = _run([sys.executable, "-m", "dvc", "repro", "--dry"], root, env)
+    out = _run([sys.executable, "-m", "dvc", "repro"], root, env)
     ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
     assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs-sym50-ms-0", "report", "train@glyphs-sym50-ms-0"]
+    stats = json.loads((root / "data" / "noisy" / "glyphs" / "sym50" / "stats.json").read_text())
+    assert stats["nominal_rate"] == 0.4

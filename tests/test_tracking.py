@@ -23,3 +23,20 @@ def test_environment_overrides_the_uri(tmp_path, monkeypatch):
 
 def test_flatten_nested_params():
     assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
+
+
+def test_experiment_artifacts_live_in_the_main_repo(tmp_path, monkeypatch):
+    import mlflow
+
+    from noisydml.tracking import ensure_experiment
+
+    copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmp1"
+    copy.mkdir(parents=True)
+    (copy / "dvc.yaml").write_text("stages: {}\n")
+    monkeypatch.chdir(copy)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mlflow.set_tracking_uri(tracking_uri())
+    ensure_experiment("exp")
+    ensure_experiment("exp")  # idempotent
+    assert mlflow.get_experiment_by_name("exp").artifact_location == (tmp_path / "mlartifacts").as_uri()
+    assert (tmp_path / "mlflow.db").is_file()

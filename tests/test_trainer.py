@@ -61,10 +61,12 @@ def test_checkpoint_of_another_config_is_ignored(data, tmp_path, capsys):
 
 
 def test_history_has_loss_and_monitoring(data, tmp_path):
-    result = _fit(_spec("ms", epochs=2), data, tmp_path / "d.pt")
-    assert [h["epoch"] for h in result.history] == [1, 2]
-    for row in result.history:
-        assert np.isfinite(row["loss"]) and 0 <= row["test_precision_at_1"] <= 1
+    result = _fit(_spec("ms", epochs=3, eval_every=2), data, tmp_path / "d.pt")
+    assert [h["epoch"] for h in result.history] == [1, 2, 3]
+    assert all(np.isfinite(row["loss"]) for row in result.history)
+    # monitored every eval_every epochs and at the last epoch
+    assert [("test_precision_at_1" in row) for row in result.history] == [False, True, True]
+    assert all(0 <= row["test_precision_at_1"] <= 1 for row in result.history[1:])
     assert result.test_embeddings.shape == (36, 8)
     assert torch.allclose(result.test_embeddings.norm(dim=1), torch.ones(36), atol=1e-5)
 

@@ -34,3 +34,22 @@ def check_in_grid(params: dict, **names) -> None:
     for key, value in names.items():
         if value not in grid[keys[key]]:
             raise ParamsError(f"--{key} {value!r} is not in grid.{keys[key]} ({grid[keys[key]]})")
+
+
+GRID_KEYS = {"dataset": str, "noise": str, "method": str, "seed": int}
+
+
+def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable) -> None:
+    """A stage for one item of the grid: ``--dataset/--noise/--method/--seed`` (those in ``keys``),
+    checked against params.yaml's grid, then ``work(params, dataset=..., ...)``."""
+
+    def add_args(parser):
+        for key in keys:
+            parser.add_argument(f"--{key}", type=GRID_KEYS[key], required=True)
+
+    def body(params, args):
+        item = {key: getattr(args, key) for key in keys}
+        check_in_grid(params, **item)
+        work(params, **item)
+
+    run_stage(description, add_args, body)

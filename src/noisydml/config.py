@@ -187,6 +187,20 @@ def _unique(values: list, where: str) -> None:
         seen.add(v)
 
 
+def _check_kinded_sections(section: Any, key: str, what: str, check_body, kinds: list[str]) -> dict[str, dict]:
+    """Validate ``{name: {kind: ..., **kind's keys}}`` sections (datasets, noise settings)."""
+    if not isinstance(section, Mapping) or not section:
+        raise ParamsError(f"{key}: expected a non-empty mapping of {what} name -> settings")
+    out = {}
+    for name, body in section.items():
+        where = f"{key}.{check_name(name, key)}"
+        if not isinstance(body, Mapping) or "kind" not in body:
+            raise ParamsError(f"{where}: expected a mapping with a 'kind' key")
+        kind = check_choice(body["kind"], kinds, f"{where}.kind", f"{what} kind")
+        out[name] = {"kind": kind, **check_body(kind, {k: v for k, v in body.items() if k != "kind"}, where)}
+    return out
+
+
 def validate_params(raw: Any) -> dict[str, Any]:
     """Validate the whole params mapping; return a copy with every default filled in."""
     # Imported here: the registries import torch, and config must stay importable alone.
@@ -204,29 +218,15 @@ def validate_params(raw: Any) -> dict[str, Any]:
             raise ParamsError(f"params: missing required section {key!r}")
     p: dict[str, Any] = {}
 
-    # datasets: name -> {kind, ...kind's own keys}
-    if not isinstance(raw["datasets"], Mapping) or not raw["datasets"]:
-        raise ParamsError("datasets: expected a non-empty mapping of dataset name -> settings")
-    p["datasets"] = {}
-    for name, section in raw["datasets"].items():
-        where = f"datasets.{check_name(name, 'datasets')}"
-        if not isinstance(section, Mapping) or "kind" not in section:
-            raise ParamsError(f"{where}: expected a mapping with a 'kind' key")
-        kind = check_choice(section["kind"], list(DATASET_KINDS), f"{where}.kind", "dataset kind")
-        body = {k: v for k, v in section.items() if k != "kind"}
-        p["datasets"][name] = {"kind": kind, **DATASET_KINDS[kind].check(body, where)}
-
-    # noise: name -> {kind, rate, seed, ...}
-    if not isinstance(raw["noise"], Mapping) or not raw["noise"]:
-        raise ParamsError("noise: expected a non-empty mapping of noise-setting name -> settings")
-    p["noise"] = {}
-    for name, section in raw["noise"].items():
-        where = f"noise.{check_name(name, 'noise')}"
-        if not isinstance(section, Mapping) or "kind" not in section:
-            raise ParamsError(f"{where}: expected a mapping with a 'kind' key")
-        kind = check_choice(section["kind"], list(NOISE_KINDS), f"{where}.kind", "noise kind")
-        body = {k: v for k, v in section.items() if k != "kind"}
-        p["noise"][name] = {"kind": kind, **check_section(body, NOISE_KINDS[kind].schema, where)}
+    # datasets and noise: name -> {kind, ...that kind's own keys}
+    p["datasets"] = _check_kinded_sections(
+        raw["datasets"], "datasets", "dataset", lambda kind, body, where: DATASET_KINDS[kind].check(body, where),
+        list(DATASET_KINDS),
+    )
+    p["noise"] = _check_kinded_sections(
+        raw["noise"], "noise", "noise", lambda kind, body, where: check_section(body, NOISE_KINDS[kind].schema, where),
+        list(NOISE_KINDS),
+    )
 
     # methods: hyper-parameters per method (missing ones take the method's defaults)
     raw_methods = raw.get("methods") or {}
@@ -237,15 +237,6 @@ def validate_params(raw: Any) -> dict[str, Any]:
         check_choice(name, list(METHODS), "methods", "method")
     for name, spec in METHODS.items():
         p["methods"][name] = spec.check(raw_methods.get(name), f"methods.{name}")
-
-    # method_sets: named lists (params.yaml uses YAML anchors so grid.methods can point at one)
-    p["method_sets"] = {}
-    for set_name, names in (raw.get("method_sets") or {}).items():
-        where = f"method_sets.{set_name}"
-        _check_value(names, Field(list, item_type=str), where)
-        for i, m in enumerate(names):
-            check_choice(m, list(METHODS), f"{where}[{i}]", "method")
-        p["method_sets"][set_name] = list(names)
 
     # train / evaluate / tracking / report
     train = check_section(raw.get("train"), TRAIN_SCHEMA, "train")
@@ -279,6 +270,15 @@ def validate_params(raw: Any) -> dict[str, Any]:
             check_choice(name, list(section), f"grid.{key}[{i}]", what)
     _unique(grid["seeds"], "grid.seeds")
     p["grid"] = grid
+
+    # method_sets: named lists (params.yaml uses YAML anchors so grid.methods can point at one)
+    p["method_sets"] = {}
+    for set_name, names in (raw.get("method_sets") or {}).items():
+        where = f"method_sets.{set_name}"
+        _check_value(names, Field(list, item_type=str), where)
+        for i, m in enumerate(names):
+            check_choice(m, list(METHODS), f"{where}[{i}]", "method")
+        p["method_sets"][set_name] = list(names)
 
     # cross-section checks that need no data on disk
     batch = train["batch"]

@@ -68,6 +68,25 @@ def _retry_when_locked(fn, attempts: int = 6, delay: float = 0.5):
             time.sleep(delay * (2**attempt))
 
 
+def artifact_root(start: str | Path = ".") -> str:
+    """Where new experiments keep artifacts: the main repository's ``mlartifacts/`` (absolute, so
+    runs from ``dvc exp run --temp`` copies do not leave their artifacts in a deleted folder)."""
+    return (repo_root(start) / "mlartifacts").as_uri()
+
+
+def ensure_experiment(name: str) -> None:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    if mlflow.get_experiment_by_name(name) is None:
+        try:
+            mlflow.create_experiment(name, artifact_location=artifact_root())
+        except MlflowException as e:  # created meanwhile by a parallel run
+            if "already exists" not in str(e):
+                raise
+    mlflow.set_experiment(name)
+
+
 class MlflowTracker:
     """Starts (or re-opens, on resume) one MLflow run and logs into it."""
 
@@ -84,7 +103,7 @@ class MlflowTracker:
 
     def start(self, run_id: str | None = None) -> str:
         mlflow = self.mlflow
-        _retry_when_locked(lambda: mlflow.set_experiment(self.experiment))
+        _retry_when_locked(lambda: ensure_experiment(self.experiment))
         if run_id is not None:
             run = mlflow.start_run(run_id=run_id)
         else:
