@@ -66,6 +66,15 @@ def test_repro_produces_report_and_metrics(repo):
     assert "glyphs/clean/ms" in shown
 
 
+def test_dvc_plots_render_one_line_per_method(repo):
+    root, env, _ = repo
+    html = root.parent / "plots_out"
+    _run([sys.executable, "-m", "dvc", "plots", "show", "-o", str(html)], root, env)
+    page = (html / "index.html").read_text()
+    assert '"color": {"field": "method", "type": "nominal"}' in page
+    assert '"noise": "sym50"' in page and '"method": "ms"' in page
+
+
 def test_second_repro_does_nothing(repo):
     root, env, _ = repo
     status = subprocess.run([sys.executable, "-m", "dvc", "status", "-q"], cwd=root, env=env)
