@@ -84,3 +84,23 @@ def test_folder_csv_missing_file(tmp_path):
     (tmp_path / "list.csv").write_text("\n".join(rows))
     with pytest.raises(DatasetError, match=r"image .*imgs/gone\.png does not exist"):
         load_folder_dataset({"root": "", "csv": "list.csv", "image_size": 8, "channels": 3}, tmp_path)
+
+
+def test_folder_dataset_prepares_through_the_registry(tmp_path):
+    from noisydml.config import validate_params
+    from noisydml.data.registry import prepare_dataset
+    import yaml
+
+    _tree(tmp_path / "imgs", classes=6, per_class=3)
+    raw = yaml.safe_load(open("params.yaml"))
+    raw["datasets"]["mine"] = {"kind": "folder", "root": "imgs", "image_size": 12, "channels": 3}
+    raw["grid"]["datasets"] = ["mine"]
+    raw["train"]["batch"] = {"classes": 3, "per_class": 2}
+    cfg = validate_params(raw)["datasets"]["mine"]
+    info = prepare_dataset("mine", cfg, tmp_path / "prepared", base_dir=tmp_path)
+    ds = PreparedDataset.load(tmp_path / "prepared")
+    assert info["num_classes"] == 6 and info["image_shape"] == [12, 12, 3]
+    assert set(ds.split("train")["class_name"]) == {"class0", "class1", "class2"}
+    assert set(ds.split("test")["class_name"]) == {"class3", "class4", "class5"}
+    # the images are the files' pixels: class c, image i was filled with 10*c + i
+    assert ds.images[ds.manifest.index[ds.manifest["class_name"] == "class4"][1]].max() == 41

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from noisydml.config import load_params
+from noisydml.config import ParamsError, load_params
 from noisydml.data import glyphs
-from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, epoch_batches
+from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, epoch_batches, steps_per_epoch
 
 PARAMS = load_params("params.yaml")
 
@@ -34,7 +34,7 @@ def _fit(spec, data, ckpt, **kw):
 def test_batches_are_p_by_k_and_seeded():
     labels = np.repeat(np.arange(10), 5)
     a = epoch_batches(labels, per_class=2, batch_size=8, seed=1, epoch=0)
-    assert all(len(b) == 8 for b in a)
+    assert all(len(b) == 8 for b in a) and len(a) == steps_per_epoch(len(labels), 8) == 6
     assert all(np.all(np.bincount(labels[b])[np.bincount(labels[b]) > 0] == 2) for b in a)
     assert all(np.array_equal(x, y) for x, y in zip(a, epoch_batches(labels, 2, 8, seed=1, epoch=0)))
     assert not all(np.array_equal(x, y) for x, y in zip(a, epoch_batches(labels, 2, 8, seed=1, epoch=1)))
@@ -73,5 +73,5 @@ def test_history_has_loss_and_monitoring(data, tmp_path):
 
 def test_too_many_classes_per_batch(data, tmp_path):
     spec = _spec("ms", batch={"classes": 10, "per_class": 2})
-    with pytest.raises(ValueError, match="train.batch.classes: 10 classes per batch, but the training labels have only 6"):
+    with pytest.raises(ParamsError, match="train.batch.classes: 10 classes per batch, but the training labels have only 6"):
         _fit(spec, data, tmp_path / "e.pt")

@@ -90,9 +90,11 @@ def corrupt(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -
 
 
 def load_noisy_labels(path: Path, train_sample_ids: np.ndarray) -> pd.DataFrame:
+    from noisydml.data.folder import DatasetError
+
     table = pd.read_csv(path / "labels.csv")
     if not np.array_equal(table["sample_id"].to_numpy(), train_sample_ids):
-        raise ValueError(
+        raise DatasetError(
             f"{path / 'labels.csv'}: its sample ids do not match the prepared dataset's training split; "
             "re-run the corrupt stage (dvc repro)"
         )
@@ -102,8 +104,7 @@ def load_noisy_labels(path: Path, train_sample_ids: np.ndarray) -> pd.DataFrame:
 # --------------------------------------------------------------------------- train
 
 
-def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout(),
-          tracker_factory=None, progress: bool = True) -> Path:
+def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout()) -> Path:
     """Train one run; write ``model.pt``, ``test_embeddings.npz``, ``history.csv``, ``run.json``."""
     import torch
 
@@ -129,22 +130,19 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
         evaluate=params["evaluate"],
     )
     name = run_name(dataset, noise, method, seed)
-    if tracker_factory is None:
-        tracker = MlflowTracker(
-            params["tracking"]["experiment"],
-            name,
-            params={
-                "dataset": dataset, "noise": noise, "method": method, "seed": seed,
-                "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
-                "method_hparams": params["methods"][method], "train": params["train"],
-            },
-            tags={"dvc_stage": f"train@{name}", "git_commit": git_commit(layout.root), "dataset": dataset,
-                  "noise": noise, "method": method, "seed": str(seed)},
-        )
-    else:
-        tracker = tracker_factory(name)
+    tracker = MlflowTracker(
+        params["tracking"]["experiment"],
+        name,
+        params={
+            "dataset": dataset, "noise": noise, "method": method, "seed": seed,
+            "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
+            "method_hparams": params["methods"][method], "train": params["train"],
+        },
+        tags={"dvc_stage": f"train@{name}", "git_commit": git_commit(layout.root), "dataset": dataset,
+              "noise": noise, "method": method, "seed": str(seed)},
+    )
     checkpoint = layout.checkpoint(dataset, noise, method, seed)
-    trainer = Trainer(spec, train_set, test_set, checkpoint, tracker=tracker, progress=progress)
+    trainer = Trainer(spec, train_set, test_set, checkpoint, tracker=tracker)
     try:
         result = trainer.fit()
     except BaseException:
@@ -159,14 +157,13 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
         np.savez(tmp / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
                  labels=test_set.labels, sample_ids=test_rows["sample_id"].to_numpy())
         history.to_csv(tmp / "history.csv", index=False)
-        plot_history(history, f"{name}", tmp / "training_curves.png")
+        plot_history(history, name, tmp / "training_curves.png")
         io.write_json(tmp / "run.json", {
             "run_name": name, "mlflow_run_id": result.run_id, "fingerprint": spec.fingerprint(),
             "resumed_from_epoch": result.resumed_from_epoch, "epochs": params["train"]["epochs"],
         })
-    if hasattr(tracker, "log_artifact"):
-        tracker.log_artifact(out / "history.csv")
-        tracker.log_artifact(out / "training_curves.png")
+    tracker.log_artifact(out / "history.csv")
+    tracker.log_artifact(out / "training_curves.png")
     tracker.end(status="FINISHED")
     checkpoint.unlink(missing_ok=True)  # the run is complete; runs/ holds the final model
     return out

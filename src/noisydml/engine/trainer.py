@@ -29,6 +29,7 @@ from pytorch_metric_learning.utils import common_functions as pml_common
 from tqdm import tqdm
 
 from noisydml import io
+from noisydml.config import ParamsError
 from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import EpochContext, MethodSetup, build_method
 from noisydml.models import build_model
@@ -139,13 +140,19 @@ def _epoch_seed(seed: int, epoch: int) -> int:
     return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
 
 
+def steps_per_epoch(num_samples: int, batch_size: int) -> int:
+    """Batches per epoch: about one pass over the data (at least one batch)."""
+    return max(num_samples, batch_size) // batch_size
+
+
 def epoch_batches(labels: np.ndarray, per_class: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
     """The P x K batches of one epoch (about one pass over the data), seeded by (seed, epoch).
 
     MPerClassSampler draws from the module-level numpy RNG of pytorch-metric-learning; it is
     swapped for a seeded one while the epoch's indices are drawn, then restored.
     """
-    sampler = MPerClassSampler(labels, m=per_class, batch_size=batch_size, length_before_new_iter=max(len(labels), batch_size))
+    sampler = MPerClassSampler(labels, m=per_class, batch_size=batch_size,
+                               length_before_new_iter=steps_per_epoch(len(labels), batch_size) * batch_size)
     saved = pml_common.NUMPY_RANDOM
     pml_common.NUMPY_RANDOM = np.random.RandomState(_epoch_seed(seed, epoch) % (2**32))
     try:
@@ -200,7 +207,7 @@ class Trainer:
         cfg = self.spec.train["batch"]
         num_classes = len(np.unique(labels))
         if cfg["classes"] > num_classes:
-            raise ValueError(
+            raise ParamsError(
                 f"train.batch.classes: {cfg['classes']} classes per batch, but the training labels have "
                 f"only {num_classes} classes; allowed: 2..{num_classes}"
             )
@@ -231,8 +238,9 @@ class Trainer:
             ),
         ).to(device)
         optimizer = build_optimizer(model, method, cfg["optimizer"])
-        steps_per_epoch = len(epoch_batches(labels, cfg["batch"]["per_class"], batch_size, self.spec.seed, 0))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg["schedule"], cfg["epochs"], steps_per_epoch))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lr_factor(cfg["schedule"], cfg["epochs"], steps_per_epoch(len(labels), batch_size))
+        )
 
         fingerprint = self.spec.fingerprint()
         history: list[dict[str, float]] = []
