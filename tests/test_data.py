@@ -3,7 +3,8 @@ import pytest
 from PIL import Image
 
 from noisydml.data import glyphs
-from noisydml.data.folder import DatasetError, load_folder_dataset
+from noisydml.data import DatasetError
+from noisydml.data.folder import load_folder_dataset
 from noisydml.data.prepared import PreparedDataset, write_prepared
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from noisydml.evaluation.retrieval import METRIC_NAMES, retrieval_metrics
+from noisydml.evaluation.retrieval import metric_names, retrieval_metrics
 
 
 def _points(positions, labels):
@@ -29,7 +29,7 @@ def test_perfect_clusters_score_one():
     centres = rng.normal(size=(5, 8)) * 10
     emb = centres[labels] + rng.normal(size=(20, 8)) * 0.01
     m = retrieval_metrics(emb, labels)
-    for name in METRIC_NAMES((1, 2, 4, 8)):
+    for name in metric_names((1, 2, 4, 8)):
         assert m[name] == pytest.approx(1.0), name
 
 

@@ -7,7 +7,7 @@ import sys
 from typing import Callable
 
 from noisydml.config import ParamsError, load_params
-from noisydml.data.folder import DatasetError
+from noisydml.data import DatasetError
 
 
 def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], None], body: Callable) -> None:
@@ -27,16 +27,19 @@ def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], No
         sys.exit(1)
 
 
+#: Command-line option -> (the grid list it must be in, its type).
+GRID_KEYS = {"dataset": ("datasets", str), "noise": ("noises", str), "method": ("methods", str), "seed": ("seeds", int)}
+
+
 def check_in_grid(params: dict, **names) -> None:
     """Refuse to run an item that params.yaml's grid does not list (a stale stage name, a typo)."""
     grid = params["grid"]
-    keys = {"dataset": "datasets", "noise": "noises", "method": "methods", "seed": "seeds"}
     for key, value in names.items():
-        if value not in grid[keys[key]]:
-            raise ParamsError(f"--{key} {value!r} is not in grid.{keys[key]} ({grid[keys[key]]})")
+        section = GRID_KEYS[key][0]
+        if value not in grid[section]:
+            raise ParamsError(f"--{key} {value!r} is not in grid.{section} ({grid[section]})")
 
 
-GRID_KEYS = {"dataset": str, "noise": str, "method": str, "seed": int}
 
 
 def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable) -> None:
@@ -45,7 +48,7 @@ def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable) -> N
 
     def add_args(parser):
         for key in keys:
-            parser.add_argument(f"--{key}", type=GRID_KEYS[key], required=True)
+            parser.add_argument(f"--{key}", type=GRID_KEYS[key][1], required=True)
 
     def body(params, args):
         item = {key: getattr(args, key) for key in keys}

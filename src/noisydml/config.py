@@ -60,9 +60,8 @@ def _check_value(value: Any, field: Field, where: str) -> Any:
     # YAML writes 1 for 1.0: accept ints where floats are expected.
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
-    if isinstance(value, bool) and expected is not bool and bool not in (
-        expected if isinstance(expected, tuple) else (expected,)
-    ):
+    # bool is an int subclass: a YAML true must not pass where a number is expected.
+    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
         raise ParamsError(f"{where}: expected {_type_name(expected)}, got {value!r}")
     if not isinstance(value, expected):
         raise ParamsError(
@@ -284,16 +283,16 @@ def validate_params(raw: Any) -> dict[str, Any]:
     batch = train["batch"]
     for ds_name in grid["datasets"]:
         ds = p["datasets"][ds_name]
-        n_train = DATASET_KINDS[ds["kind"]].known_train_classes(ds)
+        n_train = DATASET_KINDS[ds["kind"]].train_classes(ds)
         if n_train is not None and batch["classes"] > n_train:
             raise ParamsError(
                 f"train.batch.classes: {batch['classes']} classes per batch, but dataset {ds_name!r} "
                 f"has only {n_train} training classes; allowed: 2..{n_train}"
             )
-    from noisydml.evaluation.retrieval import METRIC_NAMES
+    from noisydml.evaluation.retrieval import metric_names
 
     for i, m in enumerate(p["report"]["metrics"]):
-        check_choice(m, METRIC_NAMES(p["evaluate"]["recall_at"]), f"report.metrics[{i}]", "metric")
+        check_choice(m, metric_names(p["evaluate"]["recall_at"]), f"report.metrics[{i}]", "metric")
     return p
 
 

@@ -90,7 +90,7 @@ def corrupt(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -
 
 
 def load_noisy_labels(path: Path, train_sample_ids: np.ndarray) -> pd.DataFrame:
-    from noisydml.data.folder import DatasetError
+    from noisydml.data import DatasetError
 
     table = pd.read_csv(path / "labels.csv")
     if not np.array_equal(table["sample_id"].to_numpy(), train_sample_ids):

@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
+from tqdm import tqdm
+
+from noisydml.data import DatasetError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
-
-
-class DatasetError(ValueError):
-    """A problem with a dataset's files; the message names the file."""
 
 
 def list_folder(root: Path) -> list[tuple[Path, str]]:
@@ -75,7 +74,7 @@ def load_image(path: Path, image_size: int, channels: int) -> np.ndarray:
     return arr.reshape(image_size, image_size, channels)
 
 
-def load_folder_dataset(cfg: dict, base_dir: Path, progress=None):
+def load_folder_dataset(cfg: dict, base_dir: Path, desc: str = "reading images"):
     """Return ``(images, labels, class_names)`` for a folder dataset config."""
     if cfg.get("csv"):
         items = list_csv((base_dir / cfg["csv"]).resolve())
@@ -100,9 +99,7 @@ def load_folder_dataset(cfg: dict, base_dir: Path, progress=None):
     items.sort(key=lambda it: (index[it[1]], str(it[0])))
     size, channels = cfg["image_size"], cfg["channels"]
     images = np.empty((len(items), size, size, channels), np.uint8)
-    for i, (path, _) in enumerate(items):
+    for i, (path, _) in enumerate(tqdm(items, desc=desc, unit="img")):
         images[i] = load_image(path, size, channels)
-        if progress is not None:
-            progress.update(1)
     labels = np.array([index[label] for _, label in items], dtype=np.int64)
     return images, labels, class_names

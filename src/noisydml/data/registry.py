@@ -30,9 +30,6 @@ class DatasetKind:
         self.extra_check(cfg, where)
         return cfg
 
-    def known_train_classes(self, cfg: dict) -> int | None:
-        return self.train_classes(cfg)
-
 
 def _prepare_glyphs(name: str, cfg: dict, out_dir: Path, base_dir: Path) -> dict:
     from noisydml.data import glyphs
@@ -45,13 +42,9 @@ def _prepare_glyphs(name: str, cfg: dict, out_dir: Path, base_dir: Path) -> dict
 
 
 def _prepare_folder(name: str, cfg: dict, out_dir: Path, base_dir: Path) -> dict:
-    from noisydml.data.folder import list_csv, list_folder, load_folder_dataset
+    from noisydml.data.folder import load_folder_dataset
 
-    # Count first so the progress bar has a total; listing is cheap next to decoding.
-    source = (base_dir / (cfg["csv"] or cfg["root"])).resolve()
-    total = len(list_csv(source) if cfg["csv"] else list_folder(source))
-    with tqdm(total=total, desc=f"prepare {name}: reading images", unit="img") as bar:
-        images, labels, class_names = load_folder_dataset(cfg, base_dir, progress=bar)
+    images, labels, class_names = load_folder_dataset(cfg, base_dir, desc=f"prepare {name}: reading images")
     return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "folder", **cfg})
 
 

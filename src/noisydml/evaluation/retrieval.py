@@ -21,7 +21,7 @@ from pytorch_metric_learning.utils.inference import FaissKMeans, FaissKNN
 KNN_METRICS = ("precision_at_1", "mean_average_precision_at_r", "r_precision")
 
 
-def METRIC_NAMES(recall_at) -> list[str]:  # noqa: N802 - reads as a constant at call sites
+def metric_names(recall_at) -> list[str]:
     """Names of every metric :func:`retrieval_metrics` returns, in report order."""
     return ["precision_at_1", *[f"recall_at_{k}" for k in recall_at], "mean_average_precision_at_r", "r_precision", "nmi"]
 
@@ -68,7 +68,7 @@ def retrieval_metrics(
     # With the query in the gallery, "max_bin_count" means largest class - 1 neighbours; naming it
     # that way keeps the library from warning that an equal integer k is too small.
     k_arg = "max_bin_count" if k == largest_class - 1 else k
-    names = METRIC_NAMES(recall_at)
+    names = metric_names(recall_at)
     if not nmi:
         names.remove("nmi")
     if include is not None:

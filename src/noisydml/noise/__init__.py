@@ -62,7 +62,7 @@ def corrupt_labels(sample_ids: np.ndarray, true_labels: np.ndarray, cfg: dict) -
     )
     num_classes = int(true_labels.max()) + 1 if len(true_labels) else 0
     flips_per_class = np.bincount(true_labels[is_noisy], minlength=num_classes)
-    size_per_class = np.bincount(true_labels, minlength=num_classes)
+    flip_rate = flips_per_class / np.maximum(np.bincount(true_labels, minlength=num_classes), 1)
     stats = {
         "kind": cfg["kind"],
         "settings": {k: v for k, v in cfg.items() if k != "kind"},
@@ -74,9 +74,7 @@ def corrupt_labels(sample_ids: np.ndarray, true_labels: np.ndarray, cfg: dict) -
         "num_classes_after": int(len(np.unique(noisy))),
         "flips_per_class": flips_per_class.tolist(),
         "flip_rate_per_class": {
-            "min": float((flips_per_class / np.maximum(size_per_class, 1)).min()) if num_classes else 0.0,
-            "mean": float((flips_per_class / np.maximum(size_per_class, 1)).mean()) if num_classes else 0.0,
-            "max": float((flips_per_class / np.maximum(size_per_class, 1)).max()) if num_classes else 0.0,
+            stat: float(getattr(flip_rate, stat)()) if num_classes else 0.0 for stat in ("min", "mean", "max")
         },
     }
     return table, stats

@@ -89,13 +89,12 @@ def noise_table(params: dict, layout) -> pd.DataFrame:
 
 
 def write_report(params: dict, layout) -> Path:
-    from noisydml.evaluation.retrieval import METRIC_NAMES
+    from noisydml.evaluation.retrieval import metric_names
     from noisydml.reporting.plots import plot_metric_vs_noise
 
     out = layout.reports
-    names = [m for m in METRIC_NAMES(params["evaluate"]["recall_at"])]
     per_seed = collect(params, layout)
-    names = [m for m in names if m in per_seed.columns]
+    names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
     summary = summarise(per_seed, names)
     noise = noise_table(params, layout)
     shown = params["report"]["metrics"]
