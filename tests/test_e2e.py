@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -36,7 +37,7 @@ def repo(tmp_path_factory):
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     with open(REPO / "params.yaml") as f:
         raw = tiny_params(yaml.safe_load(f))
-    raw["grid"].update(noises=["clean", "sym50"], methods=["ms"], seeds=[0])
+    raw["grid"].update(noises=["clean", "sym50", "sc25"], methods=["ms"], seeds=[0])
     (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -55,12 +56,13 @@ def repo(tmp_path_factory):
 
 def test_repro_produces_report_and_metrics(repo):
     root, env, out = repo
-    for name in ("results.md", "results.csv", "noise_stats.csv", "p_at_1_vs_noise.png", "metrics.json"):
+    for name in ("results.md", "results.csv", "noise_stats.csv", "p_at_1_vs_noise.png", "noise_per_class.png",
+                 "metrics.json"):
         assert (root / "reports" / name).is_file(), name
     table = (root / "reports" / "results.md").read_text()
-    assert "| ms |" in table and "glyphs / sym50" in table
+    assert "| ms |" in table and "glyphs / sym50" in table and "glyphs / sc25" in table
     metrics = json.loads((root / "reports" / "metrics.json").read_text())
-    assert set(metrics) == {"glyphs/clean/ms", "glyphs/sym50/ms"}
+    assert set(metrics) == {"glyphs/clean/ms", "glyphs/sym50/ms", "glyphs/sc25/ms"}
     assert 0 <= metrics["glyphs/clean/ms"]["precision_at_1"] <= 1
     shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env)
     assert "glyphs/clean/ms" in shown
@@ -92,7 +94,21 @@ def test_mlflow_has_one_finished_run_per_model(repo):
         "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status'], runs['metrics.final_precision_at_1'].notna()))))"
     )
     runs = json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
-    assert runs == [["glyphs-clean-ms-0", "FINISHED", True], ["glyphs-sym50-ms-0", "FINISHED", True]]
+    assert runs == [["glyphs-clean-ms-0", "FINISHED", True], ["glyphs-sc25-ms-0", "FINISHED", True],
+                    ["glyphs-sym50-ms-0", "FINISHED", True]]
+
+
+def test_report_shows_small_cluster_statistics(repo):
+    root, _, _ = repo
+    stats = json.loads((root / "data" / "noisy" / "glyphs" / "sc25" / "stats.json").read_text())
+    # 6 training classes of 6 images: 25% dissolves 2 classes, their 12 images move in clusters
+    assert stats["num_classes_before"] == 6 and stats["num_classes_after"] == 4
+    assert stats["num_noisy"] == 12 and stats["moved_clusters"]["count"] <= 6
+    noise = pd.read_csv(root / "reports" / "noise_stats.csv").set_index("noise")
+    assert noise.loc["sc25", "classes_after"] == 4 and noise.loc["sc25", "dissolved_classes"] == "2"
+    assert noise.loc["sym50", "classes_after"] == 6
+    report = (root / "reports" / "results.md").read_text()
+    assert "Moved clusters (small-cluster noise)" in report and "cluster size |   glyphs / sc25 |" in report
 
 
 def test_changing_one_noise_rate_dirties_only_its_branch(repo):

@@ -200,6 +200,38 @@ def _check_kinded_sections(section: Any, key: str, what: str, check_body, kinds:
     return out
 
 
+def _check_feature_runs(p: dict[str, Any]) -> None:
+    """Noise whose features are a run's embeddings: the run must be one the grid trains, on other noise."""
+    from noisydml.methods import METHODS
+
+    grid = p["grid"]
+    for name, cfg in p["noise"].items():
+        feats = cfg.get("features") if isinstance(cfg.get("features"), Mapping) else None
+        if not feats or feats.get("source") != "run":
+            continue
+        where = f"noise.{name}.features"
+        source = feats["noise"]
+        check_choice(source, list(p["noise"]), f"{where}.noise", "noise setting")
+        check_choice(feats["method"], list(METHODS), f"{where}.method", "method")
+        if source == name:
+            raise ParamsError(f"{where}.noise: {name!r} cannot take features from a run trained on its own labels")
+        src_feats = p["noise"][source].get("features")
+        if isinstance(src_feats, Mapping) and src_feats.get("source") == "run":
+            raise ParamsError(
+                f"{where}.noise: {source!r} itself takes features from a run; use a noise setting whose "
+                "labels do not depend on another run"
+            )
+        if name in grid["noises"]:
+            missing = [f"{key} {value!r} is not in grid.{key}s" for key, value in
+                       (("noise", source), ("method", feats["method"]), ("seed", feats["seed"]))
+                       if value not in grid[f"{key}s"]]
+            if missing:
+                raise ParamsError(
+                    f"{where}: the features come from the run {feats['method']}/{source}/seed {feats['seed']}, "
+                    f"which the grid does not train ({'; '.join(missing)}); add it to the grid"
+                )
+
+
 def validate_params(raw: Any) -> dict[str, Any]:
     """Validate the whole params mapping; return a copy with every default filled in."""
     # Imported here: the registries import torch, and config must stay importable alone.
@@ -223,7 +255,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
         list(DATASET_KINDS),
     )
     p["noise"] = _check_kinded_sections(
-        raw["noise"], "noise", "noise", lambda kind, body, where: check_section(body, NOISE_KINDS[kind].schema, where),
+        raw["noise"], "noise", "noise", lambda kind, body, where: NOISE_KINDS[kind].check(body, where),
         list(NOISE_KINDS),
     )
 
@@ -269,6 +301,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
             check_choice(name, list(section), f"grid.{key}[{i}]", what)
     _unique(grid["seeds"], "grid.seeds")
     p["grid"] = grid
+    _check_feature_runs(p)
 
     # method_sets: named lists (params.yaml uses YAML anchors so grid.methods can point at one)
     p["method_sets"] = {}

@@ -17,6 +17,9 @@ import pandas as pd
 from noisydml import io
 from noisydml.config import run_name
 
+#: A run's embeddings of its training images (sample ids beside them).
+TRAIN_EMBEDDINGS = "train_embeddings.npz"
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -73,20 +76,71 @@ def train_split(prepared_dir: Path):
     return ds, train, dense
 
 
+def noise_inputs(params: dict, dataset: str, ds, train, layout: Layout):
+    """What a noise kind may ask for: features of the training images, and verified-clean flags."""
+    from noisydml.noise import NoiseInputs
+    from noisydml.noise.features import pixel_features, run_features
+
+    def features(cfg: dict):
+        if cfg["source"] == "pixels":
+            t0 = time.perf_counter()
+            feats = pixel_features(ds.images[train["sample_id"].to_numpy()], cfg["pca_dim"], cfg["pixel_side"],
+                                   seed=0)
+            print(f"pixel features: PCA to {cfg['pca_dim']} dims in {time.perf_counter() - t0:.1f}s")
+            return feats, {"source": "pixels", "pca_dim": cfg["pca_dim"], "pixel_side": cfg["pixel_side"]}
+        run = run_name(dataset, cfg["noise"], cfg["method"], cfg["seed"])
+        path = layout.run(dataset, cfg["noise"], cfg["method"], cfg["seed"]) / TRAIN_EMBEDDINGS
+        feats, sha = run_features(path, train["sample_id"].to_numpy(), run)
+        return feats, {"source": "run", "run": run, "path": str(path.relative_to(layout.root)), "sha256": sha}
+
+    is_clean = None
+    if "is_clean" in train.columns:
+        is_clean = pd.to_numeric(train["is_clean"], errors="coerce").to_numpy(dtype=float)
+    return NoiseInputs(features=features, is_clean=is_clean)
+
+
 def corrupt(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -> dict:
     from noisydml.noise import corrupt_labels
 
-    _, train, labels = train_split(layout.prepared(dataset))
-    table, stats = corrupt_labels(train["sample_id"].to_numpy(), labels, params["noise"][noise])
+    ds, train, labels = train_split(layout.prepared(dataset))
+    names = train.drop_duplicates("label").sort_values("label")["class_name"].tolist()
+    table, per_class, stats = corrupt_labels(
+        train["sample_id"].to_numpy(), labels, params["noise"][noise],
+        noise_inputs(params, dataset, ds, train, layout), class_names=names,
+    )
     stats = {"dataset": dataset, "noise": noise, **stats}
     with io.atomic_dir(layout.noisy(dataset, noise)) as tmp:
         table.to_csv(tmp / "labels.csv", index=False)
+        per_class.to_csv(tmp / "per_class.csv", index=False, float_format="%.6f")
         io.write_json(tmp / "stats.json", stats)
     print(
         f"corrupt {dataset}/{noise}: kind={stats['kind']} nominal rate={stats['nominal_rate']:.3f} "
-        f"actual rate={stats['actual_rate']:.3f} ({stats['num_noisy']} of {stats['num_samples']} labels changed)"
+        f"actual rate={stats['actual_rate']:.3f} ({stats['num_noisy']} of {stats['num_samples']} labels wrong); "
+        f"classes {stats['num_classes_before']} -> {stats['num_classes_after']}"
     )
     return stats
+
+
+def check_features_fresh(stats: dict, layout: Layout) -> None:
+    """Noisy labels made from a run's embeddings must come from that run's current embeddings.
+
+    DVC cannot see this dependency (a matrix stage cannot depend on a run chosen
+    per noise setting), so the train stage checks it instead of training on
+    labels made from an older model.
+    """
+    from noisydml.data import DatasetError
+    from noisydml.data.prepared import sha256_file
+
+    feats = stats.get("features") or {}
+    if feats.get("source") != "run":
+        return
+    path = layout.root / feats["path"]
+    if not path.is_file() or sha256_file(path) != feats["sha256"]:
+        raise DatasetError(
+            f"noisy labels {stats['dataset']}/{stats['noise']} were made from the embeddings of run {feats['run']}, "
+            f"which have changed (or gone) since; re-make them with `dvc repro -f corrupt@{stats['dataset']}-"
+            f"{stats['noise']}` (after `dvc repro train@{feats['run']}`), then `dvc repro`"
+        )
 
 
 def load_noisy_labels(path: Path, train_sample_ids: np.ndarray) -> pd.DataFrame:
@@ -114,6 +168,7 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
     from noisydml.tracking import MlflowTracker, git_commit
 
     ds, train_rows, _ = train_split(layout.prepared(dataset))
+    check_features_fresh(io.read_json(layout.noisy(dataset, noise) / "stats.json"), layout)
     noisy = load_noisy_labels(layout.noisy(dataset, noise), train_rows["sample_id"].to_numpy())
     test_rows = ds.split("test")
     images = np.asarray(ds.images)
@@ -156,6 +211,9 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
                     "train": params["train"], "method_name": method}, tmp / "model.pt")
         np.savez(tmp / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
                  labels=test_set.labels, sample_ids=test_rows["sample_id"].to_numpy())
+        np.savez(tmp / TRAIN_EMBEDDINGS, embeddings=result.train_embeddings.numpy(),
+                 sample_ids=train_rows["sample_id"].to_numpy(), labels=noisy["label"].to_numpy(),
+                 true_labels=noisy["true_label"].to_numpy())
         history.to_csv(tmp / "history.csv", index=False)
         plot_history(history, name, tmp / "training_curves.png")
         io.write_json(tmp / "run.json", {

@@ -4,7 +4,9 @@ A prepared dataset is a folder with
 
 - ``images.npy``: ``(N, H, W, C)`` uint8, row ``i`` is sample ``i``;
 - ``manifest.csv``: ``sample_id, label, class_name, split`` with ``split`` in
-  ``train``/``test``; classes are disjoint between the splits, as in the papers;
+  ``train``/``test``; classes are disjoint between the splits, as in the papers.
+  Datasets with real label noise may add ``is_clean`` (1 verified clean,
+  0 verified noisy, empty unknown);
 - ``info.json``: kind, counts, image shape and the checksum of ``images.npy``.
 """
 
@@ -37,7 +39,8 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def write_prepared(
-    out_dir: str | Path, images: np.ndarray, labels: np.ndarray, class_names: list[str], info: dict
+    out_dir: str | Path, images: np.ndarray, labels: np.ndarray, class_names: list[str], info: dict,
+    is_clean: np.ndarray | None = None,
 ) -> dict:
     """Write a prepared dataset folder atomically; return its info."""
     if images.ndim != 4 or images.dtype != np.uint8:
@@ -54,6 +57,11 @@ def write_prepared(
             "split": split_of_class[labels],
         }
     )
+    if is_clean is not None:
+        if len(is_clean) != len(labels):
+            raise ValueError(f"{len(is_clean)} is_clean flags for {len(labels)} images")
+        manifest["is_clean"] = pd.array(np.where(np.isnan(is_clean), -1, is_clean).astype(int)).astype("Int64")
+        manifest.loc[np.isnan(is_clean), "is_clean"] = pd.NA
     with io.atomic_dir(out_dir) as tmp:
         np.save(tmp / "images.npy", images)
         manifest.to_csv(tmp / "manifest.csv", index=False)

@@ -44,8 +44,9 @@ def _prepare_glyphs(name: str, cfg: dict, out_dir: Path, base_dir: Path) -> dict
 def _prepare_folder(name: str, cfg: dict, out_dir: Path, base_dir: Path) -> dict:
     from noisydml.data.folder import load_folder_dataset
 
-    images, labels, class_names = load_folder_dataset(cfg, base_dir, desc=f"prepare {name}: reading images")
-    return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "folder", **cfg})
+    images, labels, class_names, is_clean = load_folder_dataset(cfg, base_dir, desc=f"prepare {name}: reading images")
+    return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "folder", **cfg},
+                          is_clean=is_clean)
 
 
 def _check_folder(cfg: dict, where: str) -> None:

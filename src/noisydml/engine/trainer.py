@@ -177,6 +177,8 @@ class TrainResult:
     method: torch.nn.Module
     history: list[dict[str, float]]
     test_embeddings: torch.Tensor
+    #: The final model's embeddings of the training images (features for small-cluster noise, SGPS cleaning).
+    train_embeddings: torch.Tensor
     resumed_from_epoch: int | None
     run_id: str | None
 
@@ -323,4 +325,5 @@ class Trainer:
                 raise KeyboardInterrupt(f"stopped after epoch {epoch + 1} (stop_after_epoch)")
 
         test_emb = embed(model, test_x, device)
-        return TrainResult(model, method, history, test_emb, resumed_from, run_id)
+        train_emb = embed(model, train_x, device)
+        return TrainResult(model, method, history, test_emb, train_emb, resumed_from, run_id)

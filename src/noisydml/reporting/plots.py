@@ -47,14 +47,44 @@ def plot_metric_vs_noise(points: pd.DataFrame, metric: str, path: Path) -> None:
     for ax, dataset in zip(axes[0], datasets):
         rows = points[points["dataset"] == dataset]
         kinds = [k for k in dict.fromkeys(rows["noise_kind"]) if k != "none"] or ["none"]
-        for method in dict.fromkeys(rows["method"]):
+        for i, method in enumerate(dict.fromkeys(rows["method"])):
             for kind, style in zip(kinds, ("o-", "s--", "^:", "d-.")):
                 line = rows[(rows["method"] == method) & rows["noise_kind"].isin({kind, "none"})].sort_values("noise_rate")
                 label = method if len(kinds) == 1 else f"{method} ({kind})"
-                ax.errorbar(line["noise_rate"], line[metric], yerr=line.get(f"{metric}_std"), fmt=style, capsize=3, label=label)
+                ax.errorbar(line["noise_rate"], line[metric], yerr=line.get(f"{metric}_std"), fmt=style, capsize=3,
+                            color=f"C{i % 10}", label=label)
         ax.set_title(dataset)
         ax.set_xlabel("noise rate")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_noise_per_class(tables: dict[str, pd.DataFrame], nominal: dict[str, float], path: Path) -> None:
+    """Per noise setting: histograms over classes of the impurity (share of a training label's samples
+    that are not of that class) and of the flip-out rate (share of a class's own images relabelled).
+
+    ``tables`` maps a title (``dataset/noise``) to its ``per_class.csv``.
+    """
+    import numpy as np
+
+    n = len(tables)
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    bins = np.linspace(0, 1, 21)
+    for ax, (title, table) in zip(axes.ravel(), tables.items()):
+        impurity = table.loc[table["label"] >= 0, "impurity"].dropna()
+        flip_out = table.loc[table["images"] > 0, "flip_out_rate"].dropna()
+        ax.hist(impurity, bins=bins, alpha=0.6, label=f"impurity ({len(impurity)} classes kept)")
+        ax.hist(flip_out, bins=bins, histtype="step", linewidth=1.5, label=f"flip-out ({len(flip_out)} classes)")
+        ax.axvline(nominal[title], color="k", linestyle=":", linewidth=1, label="nominal rate")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("share of wrong labels")
+        ax.set_ylabel("classes")
+        ax.legend(fontsize=7)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    fig.tight_layout()
     _save(fig, path)

@@ -73,24 +73,65 @@ def markdown_table(summary: pd.DataFrame, metrics: list[str], params: dict) -> s
     return "\n".join(lines) + "\n"
 
 
+def _fmt_range(summary: dict) -> str:
+    if not summary or summary.get("mean") is None:
+        return "-"
+    return f"{summary['min']:.2f} / {summary['mean']:.2f} / {summary['max']:.2f}"
+
+
 def noise_table(params: dict, layout) -> pd.DataFrame:
+    """One row per (dataset, noise setting) of the grid: what the noise did (from the corrupt stage's stats)."""
     rows = []
     for dataset in params["grid"]["datasets"]:
         for noise in params["grid"]["noises"]:
             s = io.read_json(layout.noisy(dataset, noise) / "stats.json")
+            clusters = s.get("moved_clusters")
+            verified = s.get("verified")
             rows.append({
                 "dataset": dataset, "noise": noise, "kind": s["kind"], "nominal_rate": s["nominal_rate"],
                 "actual_rate": round(s["actual_rate"], 4), "samples": s["num_samples"], "noisy": s["num_noisy"],
                 "classes_before": s["num_classes_before"], "classes_after": s["num_classes_after"],
-                "min_class_flip_rate": round(s["flip_rate_per_class"]["min"], 4),
-                "max_class_flip_rate": round(s["flip_rate_per_class"]["max"], 4),
+                "class_flip_rate (min/mean/max)": _fmt_range(s.get("flip_rate_per_class")),
+                "class_impurity (min/mean/max)": _fmt_range(s.get("impurity_per_class")),
+                "dissolved_classes": s.get("num_dissolved_classes", "-"),
+                "moved_clusters": clusters["count"] if clusters else "-",
+                "cluster_size (mean/max)": f"{clusters['mean_size']:.2f} / {clusters['max_size']}" if clusters and clusters["count"] else "-",
+                "verified_noisy/verified": f"{verified['num_verified_noisy']}/{verified['num_verified']}" if verified else "-",
             })
     return pd.DataFrame(rows)
 
 
+def cluster_size_table(params: dict, layout) -> pd.DataFrame | None:
+    """Moved-cluster size distribution (small-cluster noise): rows = cluster size, columns = setting."""
+    columns = {}
+    for dataset in params["grid"]["datasets"]:
+        for noise in params["grid"]["noises"]:
+            s = io.read_json(layout.noisy(dataset, noise) / "stats.json")
+            if s.get("moved_clusters", {}).get("count"):
+                columns[f"{dataset} / {noise}"] = {int(k): v for k, v in s["moved_clusters"]["size_histogram"].items()}
+    if not columns:
+        return None
+    table = pd.DataFrame(columns).sort_index().fillna(0).astype(int)
+    table.index.name = "cluster size"
+    return table
+
+
+def plot_series(summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows for the metric-vs-noise plots: clean runs (kind ``none``) are the rate-0 point of every
+    synthetic kind's line, so they are repeated once per kind of their dataset."""
+    parts = []
+    for dataset, rows in summary.groupby("dataset", sort=False):
+        kinds = [k for k in dict.fromkeys(rows["noise_kind"]) if k != "none"]
+        clean = rows[rows["noise_kind"] == "none"]
+        parts.append(rows[rows["noise_kind"] != "none"] if kinds else rows)
+        for kind in kinds:
+            parts.append(clean.assign(noise_kind=kind))
+    return pd.concat(parts, ignore_index=True) if parts else summary
+
+
 def write_report(params: dict, layout) -> Path:
     from noisydml.evaluation.retrieval import metric_names
-    from noisydml.reporting.plots import plot_metric_vs_noise
+    from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class
 
     out = layout.reports
     per_seed = collect(params, layout)
@@ -99,16 +140,30 @@ def write_report(params: dict, layout) -> Path:
     noise = noise_table(params, layout)
     shown = params["report"]["metrics"]
 
-    md = ["# Results", "", markdown_table(summary, shown, params), "", "## Noise settings", "",
-          noise.to_markdown(index=False), "",
-          "![P@1 against noise rate](p_at_1_vs_noise.png)", ""]
+    clusters = cluster_size_table(params, layout)
+    per_class = {f"{d}/{n}": pd.read_csv(layout.noisy(d, n) / "per_class.csv")
+                 for d in params["grid"]["datasets"] for n in params["grid"]["noises"]}
+    nominal = {f"{r.dataset}/{r.noise}": r.nominal_rate for r in noise.itertuples()}
+
+    md = ["# Results", "", markdown_table(summary, shown, params), "",
+          "![P@1 against noise rate](p_at_1_vs_noise.png)", "",
+          "## Noise settings", "",
+          "What each setting did to the training labels. Flip rate: share of a class's own images "
+          "relabelled; impurity: share of a kept training label's samples that are not of that class.", "",
+          noise.to_markdown(index=False), ""]
+    if clusters is not None:
+        md += ["### Moved clusters (small-cluster noise): number of clusters of each size", "",
+               clusters.to_markdown(), ""]
+    md += ["![Per-class noise](noise_per_class.png)", ""]
     io.write_text(out / "results.md", "\n".join(md))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "results_per_seed.csv", lambda p: per_seed.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
     plot_metric_vs_noise(summary, "precision_at_1", out / "p_at_1_vs_noise.png")
+    plot_noise_per_class(per_class, nominal, out / "noise_per_class.png")
     # Plot data for `dvc plots show`: one row per point, methods told apart by the `method` field.
-    plot_rows = summary[["dataset", "method", "noise", "noise_kind", "noise_rate", "precision_at_1", "mean_average_precision_at_r"]]
+    plot_rows = plot_series(summary)[["dataset", "method", "noise", "noise_kind", "noise_rate", "precision_at_1",
+                                      "mean_average_precision_at_r"]]
     io.write_with(out / "plots" / "p_at_1_vs_noise.csv", lambda p: plot_rows.to_csv(p, index=False, float_format="%.6f"))
     combined = {
         f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}

@@ -1,0 +1,148 @@
+"""The corrupt stage on a prepared dataset: outputs, features, and errors raised before anything is written."""
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from noisydml import io
+from noisydml.config import ParamsError, validate_params
+from noisydml.data import DatasetError
+from noisydml.data.prepared import write_prepared
+from noisydml.noise import NoiseInputError
+from noisydml.pipeline import Layout, TRAIN_EMBEDDINGS, check_features_fresh, corrupt
+
+
+def _prepare(layout, num_classes=16, per_class=6, is_clean=None):
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(num_classes), per_class)
+    # class-dependent pixels, so PCA features carry class structure
+    base = rng.integers(0, 256, size=(num_classes, 8, 8, 1))
+    images = np.clip(base[labels] + rng.integers(-20, 20, size=(len(labels), 8, 8, 1)), 0, 255).astype(np.uint8)
+    names = [f"class{i}" for i in range(num_classes)]
+    write_prepared(layout.prepared("toy"), images, labels, names, {"kind": "test"}, is_clean=is_clean)
+
+
+def _params(raw_params, **noise):
+    raw = copy.deepcopy(raw_params)
+    raw["datasets"]["toy"] = {"kind": "glyphs", "num_classes": 16, "images_per_class": 6}
+    raw["noise"].update(noise)
+    raw["grid"].update(datasets=["toy"], noises=["clean", *noise])
+    raw["train"]["batch"] = {"classes": 2, "per_class": 2}
+    return validate_params(raw)
+
+
+def test_small_cluster_from_pixels_writes_labels_stats_and_per_class(tmp_path, raw_params):
+    layout = Layout(tmp_path)
+    _prepare(layout)
+    params = _params(raw_params, sc={"kind": "small_cluster", "rate": 0.5, "seed": 0,
+                                     "features": {"source": "pixels", "pca_dim": 8}})
+    stats = corrupt(params, "toy", "sc", layout)
+    out = layout.noisy("toy", "sc")
+    table = pd.read_csv(out / "labels.csv")
+    assert stats == io.read_json(out / "stats.json")
+    assert stats["num_classes_before"] == 8 and stats["num_classes_after"] == 4
+    assert stats["features"] == {"source": "pixels", "pca_dim": 8, "pixel_side": 32}
+    assert sorted(table["label"].unique()) == [0, 1, 2, 3]
+    per_class = pd.read_csv(out / "per_class.csv")
+    assert per_class["class_name"].tolist() == [f"class{i}" for i in range(8)]
+    assert (per_class["label"] < 0).sum() == 4
+    # same params, same labels, bit for bit
+    corrupt(params, "toy", "sc", Layout(tmp_path))
+    assert (out / "labels.csv").read_bytes() == table.to_csv(index=False).encode()
+
+
+def test_pca_dim_above_pixel_count_is_an_error(tmp_path, raw_params):
+    layout = Layout(tmp_path)
+    _prepare(layout)
+    params = _params(raw_params, sc={"kind": "small_cluster", "rate": 0.5, "features": {"pca_dim": 65}})
+    with pytest.raises(NoiseInputError, match="pca_dim 65 is larger than the 64 pixel values"):
+        corrupt(params, "toy", "sc", layout)
+    assert not layout.noisy("toy", "sc").exists()
+
+
+def test_rate_that_dissolves_every_class_writes_nothing(tmp_path, raw_params):
+    layout = Layout(tmp_path)
+    _prepare(layout, num_classes=8)  # 4 training classes of 6
+    params = _params(raw_params, sc={"kind": "small_cluster", "rate": 0.9})
+    with pytest.raises(NoiseInputError, match="would dissolve every one of the 4 classes"):
+        corrupt(params, "toy", "sc", layout)
+    assert not layout.noisy("toy", "sc").exists()
+
+
+def _write_run_embeddings(layout, sample_ids, dim=4, seed=0):
+    run = layout.run("toy", "clean", "ms", 0)
+    run.mkdir(parents=True, exist_ok=True)
+    emb = np.random.default_rng(seed).standard_normal((len(sample_ids), dim)).astype(np.float32)
+    np.savez(run / TRAIN_EMBEDDINGS, embeddings=emb, sample_ids=sample_ids)
+    return run / TRAIN_EMBEDDINGS
+
+
+RUN_FEATURES = {"kind": "small_cluster", "rate": 0.5, "features": {"source": "run", "noise": "clean", "method": "ms"}}
+
+
+def test_small_cluster_from_run_embeddings_and_freshness_check(tmp_path, raw_params):
+    layout = Layout(tmp_path)
+    _prepare(layout)
+    params = _params(raw_params, scrun=RUN_FEATURES)
+    with pytest.raises(FileNotFoundError, match=r"train it first \(`dvc repro train@toy-clean-ms-0`\)"):
+        corrupt(params, "toy", "scrun", layout)
+    assert not layout.noisy("toy", "scrun").exists()
+    path = _write_run_embeddings(layout, np.arange(48)[::-1].copy())  # any row order
+    stats = corrupt(params, "toy", "scrun", layout)
+    assert stats["features"]["run"] == "toy-clean-ms-0" and len(stats["features"]["sha256"]) == 64
+    check_features_fresh(stats, layout)
+    # the run is retrained: labels made from its old embeddings must not be trained on
+    _write_run_embeddings(layout, np.arange(48), seed=1)
+    with pytest.raises(DatasetError, match=r"dvc repro -f corrupt@toy-scrun"):
+        check_features_fresh(stats, layout)
+    path.unlink()
+    with pytest.raises(DatasetError, match="have changed \\(or gone\\)"):
+        check_features_fresh(stats, layout)
+
+
+def test_run_features_that_do_not_match_the_manifest(tmp_path, raw_params):
+    layout = Layout(tmp_path)
+    _prepare(layout)
+    params = _params(raw_params, scrun=RUN_FEATURES)
+    _write_run_embeddings(layout, np.arange(47))
+    with pytest.raises(NoiseInputError, match="features do not match the manifest's training split: 47 rows for 48"):
+        corrupt(params, "toy", "scrun", layout)
+    assert not layout.noisy("toy", "scrun").exists()
+
+
+def test_real_noise_flags_reach_the_statistics(tmp_path, raw_params):
+    layout = Layout(tmp_path)
+    flags = np.full(96, np.nan)
+    flags[:10] = [1, 0, 1, 1, 0, 1, 1, 1, 1, 1]
+    _prepare(layout, is_clean=flags)
+    stats = corrupt(_params(raw_params), "toy", "clean", layout)
+    assert stats["verified"]["num_verified"] == 10 and stats["verified"]["num_verified_noisy"] == 2
+    table = pd.read_csv(layout.noisy("toy", "clean") / "labels.csv")
+    assert table["is_noisy"].sum() == 2
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"kind": "small_cluster", "rate": 1.0}, r"noise.bad.rate: 1.0 would dissolve every class"),
+        ({"kind": "small_cluster", "rate": -0.1}, r"noise.bad.rate: -0.1 is below the minimum 0.0"),
+        ({"kind": "symmetric_per_class", "rate": 1.5}, r"noise.bad.rate: 1.5 is above the maximum 1.0"),
+        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "pixels", "method": "ms"}},
+         r"noise.bad.features.method: not used with source 'pixels'"),
+        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "run", "noise": "clean"}},
+         r"source 'run' needs 'method'"),
+        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "run", "noise": "bad", "method": "ms"}},
+         r"cannot take features from a run trained on its own labels"),
+        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "run", "noise": "sym50", "method": "ms"}},
+         r"which the grid does not train \(noise 'sym50' is not in grid.noises\)"),
+        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "web"}}, r"features.source: 'web' is not allowed"),
+    ],
+)
+def test_bad_noise_settings_are_refused_at_load_time(raw_params, setting, message):
+    raw = copy.deepcopy(raw_params)
+    raw["noise"]["bad"] = setting
+    raw["grid"]["noises"] = ["clean", "bad"]
+    with pytest.raises(ParamsError, match=message):
+        validate_params(raw)
