@@ -29,6 +29,7 @@ def _params(raw_params, **noise):
     raw["datasets"]["toy"] = {"kind": "glyphs", "num_classes": 16, "images_per_class": 6}
     raw["noise"].update(noise)
     raw["grid"].update(datasets=["toy"], noises=["clean", *noise])
+    raw["timing"]["noise"] = "clean"
     raw["train"]["batch"] = {"classes": 2, "per_class": 2}
     return validate_params(raw)
 
@@ -144,5 +145,6 @@ def test_bad_noise_settings_are_refused_at_load_time(raw_params, setting, messag
     raw = copy.deepcopy(raw_params)
     raw["noise"]["bad"] = setting
     raw["grid"]["noises"] = ["clean", "bad"]
+    raw["timing"]["noise"] = "clean"
     with pytest.raises(ParamsError, match=message):
         validate_params(raw)

@@ -37,7 +37,8 @@ def repo(tmp_path_factory):
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     with open(REPO / "params.yaml") as f:
         raw = tiny_params(yaml.safe_load(f))
-    raw["grid"].update(noises=["clean", "sym50", "sc25"], methods=["ms"], seeds=[0])
+    raw["grid"].update(noises=["clean", "sym50", "sc25"], methods=["ms", "prism"], seeds=[0])
+    raw["methods"]["prism"]["memory_size"] = 64
     (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -57,12 +58,12 @@ def repo(tmp_path_factory):
 def test_repro_produces_report_and_metrics(repo):
     root, env, out = repo
     for name in ("results.md", "results.csv", "noise_stats.csv", "p_at_1_vs_noise.png", "noise_per_class.png",
-                 "metrics.json"):
+                 "metrics.json", "training_time.csv", "selection.csv", "selection_over_training.png"):
         assert (root / "reports" / name).is_file(), name
     table = (root / "reports" / "results.md").read_text()
     assert "| ms |" in table and "glyphs / sym50" in table and "glyphs / sc25" in table
     metrics = json.loads((root / "reports" / "metrics.json").read_text())
-    assert set(metrics) == {"glyphs/clean/ms", "glyphs/sym50/ms", "glyphs/sc25/ms"}
+    assert set(metrics) == {f"glyphs/{n}/{m}" for n in ("clean", "sym50", "sc25") for m in ("ms", "prism")}
     assert 0 <= metrics["glyphs/clean/ms"]["precision_at_1"] <= 1
     shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env)
     assert "glyphs/clean/ms" in shown
@@ -94,8 +95,24 @@ def test_mlflow_has_one_finished_run_per_model(repo):
         "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status'], runs['metrics.final_precision_at_1'].notna()))))"
     )
     runs = json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
-    assert runs == [["glyphs-clean-ms-0", "FINISHED", True], ["glyphs-sc25-ms-0", "FINISHED", True],
-                    ["glyphs-sym50-ms-0", "FINISHED", True]]
+    assert runs == [[f"glyphs-{n}-{m}-0", "FINISHED", True] for n in ("clean", "sc25", "sym50") for m in ("ms", "prism")]
+
+
+def test_report_shows_selection_and_training_time(repo):
+    root, _, _ = repo
+    selection = pd.read_csv(root / "reports" / "selection.csv")
+    assert sorted(selection["noise"]) == ["clean", "sc25", "sym50"] and set(selection["method"]) == {"prism"}
+    assert ((selection["final_selection_precision"] >= 0) & (selection["final_selection_precision"] <= 1)).all()
+    clean = selection.set_index("noise").loc["clean"]
+    assert clean["final_selection_precision"] == 1.0 and clean["clean_fraction"] == 1.0
+    times = pd.read_csv(root / "reports" / "training_time.csv")
+    assert times["method"].tolist() == ["MCL", "PRISM without centres", "PRISM with centres", "SoftTriple",
+                                        "SoftTriple + PRISM"]
+    assert (times["seconds/epoch"] > 0).all() and float(times["PRISM paper (CARS-98N, s)"].iloc[1]) == 12294.76
+    history = pd.read_csv(root / "runs" / "glyphs" / "sym50" / "prism" / "seed0" / "history.csv")
+    assert {"selection_precision", "selection_recall", "kept_fraction"} <= set(history.columns)
+    report = (root / "reports" / "results.md").read_text()
+    assert "## Sample selection" in report and "## Training time" in report
 
 
 def test_report_shows_small_cluster_statistics(repo):
@@ -118,6 +135,8 @@ def test_changing_one_noise_rate_dirties_only_its_branch(repo):
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     out = _run([sys.executable, "-m", "dvc", "repro"], root, env)
     ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
-    assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs-sym50-ms-0", "report", "train@glyphs-sym50-ms-0"]
+    # the timing stage trains on timing.noise = sym50's labels, so it re-runs too
+    assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs-sym50-ms-0", "evaluate@glyphs-sym50-prism-0", "report",
+                   "timing@glyphs", "train@glyphs-sym50-ms-0", "train@glyphs-sym50-prism-0"]
     stats = json.loads((root / "data" / "noisy" / "glyphs" / "sym50" / "stats.json").read_text())
     assert stats["nominal_rate"] == 0.4

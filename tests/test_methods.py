@@ -39,10 +39,22 @@ def test_methods_with_parameters_put_them_in_the_optimizer(name):
     assert opt.param_groups[1]["lr"] == pytest.approx(PARAMS["train"]["optimizer"]["lr"] * method.lr_multiplier())
 
 
+def test_cross_batch_memory_starts_after_its_warmup():
+    method = build_method("mcl", _setup("mcl"))
+    warmup = method.hparams["memory_warmup_steps"]
+    assert warmup > 0
+    emb = torch.nn.functional.normalize(torch.randn(8, 16), dim=1)
+    labels = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    method.loss(emb, labels, torch.arange(8), step=warmup - 1)
+    assert method.loss_fn.queue_idx == 0 and not method.loss_fn.has_been_filled
+    method.loss(emb, labels, torch.arange(8), step=warmup)
+    assert method.loss_fn.queue_idx == 8
+
+
 def test_cross_batch_memory_state_survives_a_checkpoint():
     method = build_method("mcl", _setup("mcl"))
     emb = torch.nn.functional.normalize(torch.randn(8, 16), dim=1)
-    method.loss(emb, torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]), torch.arange(8), step=0)
+    method.loss(emb, torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]), torch.arange(8), step=10_000)  # after the warm-up
     state = method.state_dict()
     fresh = build_method("mcl", _setup("mcl"))
     fresh.load_state_dict(state)

@@ -169,9 +169,20 @@ GRID_SCHEMA = {
     "methods": Field(list, item_type=str),
     "seeds": Field(list, [0], item_type=int, min=0),
 }
-TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "train", "evaluate", "methods", "tracking", "report")
+TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "train", "evaluate", "methods", "tracking", "report",
+             "timing")
 TRACKING_SCHEMA = {
     "experiment": Field(str, "noisydml"),
+}
+TIMING_SCHEMA = {
+    "noise": Field(str, help="the noise setting (in grid.noises) whose labels every timed method trains on"),
+    "epochs": Field(int, 2, min=1, help="epochs per timed method; the first is not counted when there are more"),
+    "entries": Field(list, help="rows of the table: {label, method, hparams (overrides of methods.<method>)}"),
+}
+TIMING_ENTRY_SCHEMA = {
+    "label": Field(str),
+    "method": Field(str),
+    "hparams": Field(dict, {}),
 }
 REPORT_SCHEMA = {
     "metrics": Field(list, ["precision_at_1", "mean_average_precision_at_r"], item_type=str),
@@ -198,6 +209,29 @@ def _check_kinded_sections(section: Any, key: str, what: str, check_body, kinds:
         kind = check_choice(body["kind"], kinds, f"{where}.kind", f"{what} kind")
         out[name] = {"kind": kind, **check_body(kind, {k: v for k, v in body.items() if k != "kind"}, where)}
     return out
+
+
+def _check_timing(section: Any, p: dict[str, Any]) -> dict[str, Any]:
+    """The training-time table: methods timed on the same data (PRISM's Table 4 layout)."""
+    from noisydml.methods import METHODS
+
+    if section is None:
+        section = {"noise": p["grid"]["noises"][0], "entries": [{"label": m, "method": m} for m in p["grid"]["methods"]]}
+    timing = check_section(section, TIMING_SCHEMA, "timing")
+    check_choice(timing["noise"], p["grid"]["noises"], "timing.noise", "noise setting of grid.noises")
+    if not timing["entries"]:
+        raise ParamsError("timing.entries: must list at least one method to time")
+    entries = []
+    for i, raw_entry in enumerate(timing["entries"]):
+        where = f"timing.entries[{i}]"
+        entry = check_section(raw_entry, TIMING_ENTRY_SCHEMA, where)
+        check_choice(entry["method"], list(METHODS), f"{where}.method", "method")
+        merged = {**p["methods"][entry["method"]], **entry["hparams"]}
+        entry["hparams"] = METHODS[entry["method"]].check(merged, f"{where}.hparams")
+        entries.append(entry)
+    _unique([e["label"] for e in entries], "timing.entries[].label")
+    timing["entries"] = entries
+    return timing
 
 
 def _check_feature_runs(p: dict[str, Any]) -> None:
@@ -302,6 +336,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
     _unique(grid["seeds"], "grid.seeds")
     p["grid"] = grid
     _check_feature_runs(p)
+    p["timing"] = _check_timing(raw.get("timing"), p)
 
     # method_sets: named lists (params.yaml uses YAML anchors so grid.methods can point at one)
     p["method_sets"] = {}

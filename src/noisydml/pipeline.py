@@ -42,6 +42,9 @@ class Layout:
     def metrics(self, dataset: str, noise: str, method: str, seed: int) -> Path:
         return self.root / "metrics" / dataset / noise / method / f"seed{seed}.json"
 
+    def timing(self, dataset: str) -> Path:
+        return self.root / "timing" / f"{dataset}.json"
+
     @property
     def reports(self) -> Path:
         return self.root / "reports"
@@ -158,30 +161,51 @@ def load_noisy_labels(path: Path, train_sample_ids: np.ndarray) -> pd.DataFrame:
 # --------------------------------------------------------------------------- train
 
 
-def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout()) -> Path:
-    """Train one run; write ``model.pt``, ``test_embeddings.npz``, ``history.csv``, ``run.json``."""
-    import torch
+@dataclass
+class RunData:
+    """The training and test images of one (dataset, noise setting), as the trainer takes them."""
 
-    from noisydml.data.prepared import PreparedDataset
-    from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
-    from noisydml.reporting.plots import plot_history
-    from noisydml.tracking import MlflowTracker, git_commit
+    train_rows: pd.DataFrame
+    test_rows: pd.DataFrame
+    noisy: pd.DataFrame
+    train_set: object  # engine.trainer.ImageSet
+    test_set: object
+    fingerprint: str  # images checksum + noisy labels digest
+
+
+def load_run_data(dataset: str, noise: str, layout: Layout) -> RunData:
+    from noisydml.engine.trainer import ImageSet
 
     ds, train_rows, _ = train_split(layout.prepared(dataset))
     check_features_fresh(io.read_json(layout.noisy(dataset, noise) / "stats.json"), layout)
     noisy = load_noisy_labels(layout.noisy(dataset, noise), train_rows["sample_id"].to_numpy())
     test_rows = ds.split("test")
     images = np.asarray(ds.images)
-    train_set = ImageSet(images[train_rows["sample_id"].to_numpy()], noisy["label"].to_numpy(), noisy["is_noisy"].to_numpy().astype(bool))
+    train_set = ImageSet(images[train_rows["sample_id"].to_numpy()], noisy["label"].to_numpy(),
+                         noisy["is_noisy"].to_numpy().astype(bool))
     test_set = ImageSet(images[test_rows["sample_id"].to_numpy()], test_rows["label"].to_numpy())
-
     labels_digest = pd.util.hash_pandas_object(noisy, index=False).sum()
+    return RunData(train_rows, test_rows, noisy, train_set, test_set,
+                   f"{ds.info['images_sha256']}:{int(labels_digest)}")
+
+
+def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout()) -> Path:
+    """Train one run; write ``model.pt``, ``test_embeddings.npz``, ``history.csv``, ``run.json``."""
+    import torch
+
+    from noisydml.engine.trainer import RunSpec, Trainer
+    from noisydml.reporting.plots import plot_history
+    from noisydml.tracking import MlflowTracker, git_commit
+
+    data = load_run_data(dataset, noise, layout)
+    train_rows, test_rows, noisy, train_set, test_set = (data.train_rows, data.test_rows, data.noisy,
+                                                         data.train_set, data.test_set)
     spec = RunSpec(
         method=method,
         method_hparams=params["methods"][method],
         train=params["train"],
         seed=seed,
-        data_fingerprint=f"{ds.info['images_sha256']}:{int(labels_digest)}",
+        data_fingerprint=data.fingerprint,
         evaluate=params["evaluate"],
     )
     name = run_name(dataset, noise, method, seed)
@@ -227,6 +251,50 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
     return out
 
 
+# --------------------------------------------------------------------------- timing
+
+
+def timing(params: dict, dataset: str, layout: Layout = Layout()) -> dict:
+    """Seconds per training epoch of each ``timing.entries`` method on the same data (PRISM's Table 4).
+
+    Every entry trains ``timing.epochs`` epochs from the same initial weights on
+    ``timing.noise``'s labels, with the grid's train settings, no tracking and no
+    checkpoint. The first epoch (allocations, empty memories) is left out of
+    the mean when there are more.
+    """
+    import tempfile
+
+    from noisydml.engine.trainer import NullTracker, RunSpec, Trainer, steps_per_epoch
+
+    cfg = params["timing"]
+    data = load_run_data(dataset, cfg["noise"], layout)
+    train_cfg = {**params["train"], "epochs": cfg["epochs"], "eval_every": 0}
+    rows = []
+    for entry in cfg["entries"]:
+        spec = RunSpec(method=entry["method"], method_hparams=entry["hparams"], train=train_cfg, seed=0,
+                       data_fingerprint=data.fingerprint, evaluate=params["evaluate"])
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Trainer(spec, data.train_set, data.test_set, Path(tmp) / "last.pt", tracker=NullTracker(),
+                             progress=False).fit()
+        seconds = [row["epoch_seconds"] for row in result.history]
+        counted = seconds[1:] or seconds
+        rows.append({
+            "label": entry["label"], "method": entry["method"], "centres": entry["hparams"].get("centres"),
+            "seconds_per_epoch": float(np.mean(counted)),
+            "steps_per_epoch": steps_per_epoch(len(data.train_set.labels),
+                                               params["train"]["batch"]["classes"] * params["train"]["batch"]["per_class"]),
+            "epochs_counted": len(counted),
+        })
+        print(f"timing {dataset}/{cfg['noise']}: {entry['label']}: {rows[-1]['seconds_per_epoch']:.2f} s/epoch")
+    for row in rows:
+        row["seconds_per_step"] = row["seconds_per_epoch"] / row["steps_per_epoch"]
+        row["relative_to_first"] = row["seconds_per_epoch"] / rows[0]["seconds_per_epoch"]
+    result = {"dataset": dataset, "noise": cfg["noise"], "epochs": cfg["epochs"],
+              "device": str(params["train"]["device"]), "rows": rows}
+    io.write_json(layout.timing(dataset), result)
+    return result
+
+
 # --------------------------------------------------------------------------- evaluate
 
 
@@ -244,10 +312,18 @@ def evaluate(params: dict, dataset: str, noise: str, method: str, seed: int, lay
                                 max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed)
     seconds = time.perf_counter() - t0
     run_info = io.read_json(run / "run.json")
+    history = pd.read_csv(run / "history.csv")
+    training = {"seconds_per_epoch": float(history["epoch_seconds"].mean())}
+    # per-epoch diagnostics some methods log (PRISM: which samples its selection kept)
+    for column in ("selection_precision", "selection_recall", "kept_fraction"):
+        if column in history and history[column].notna().any():
+            training[column] = [None if pd.isna(v) else float(v) for v in history[column]]
+            training[f"final_{column}"] = training[column][-1]
     result = {
         "dataset": dataset, "noise": noise, "method": method, "seed": seed,
         "num_queries": int(len(data["labels"])), "num_classes": int(len(np.unique(data["labels"]))),
-        "metrics": metrics, "eval_seconds": seconds, "mlflow_run_id": run_info.get("mlflow_run_id"),
+        "metrics": metrics, "training": training, "eval_seconds": seconds,
+        "mlflow_run_id": run_info.get("mlflow_run_id"),
     }
     out = layout.metrics(dataset, noise, method, seed)
     io.write_json(out, result)

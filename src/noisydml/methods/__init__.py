@@ -7,8 +7,10 @@ trainer, stages and dvc.yaml need no change.
 
 from noisydml.methods.base import EpochContext, Method, MethodSetup, MethodSpec
 from noisydml.methods.baselines import BASELINES, baseline_spec
+from noisydml.methods.prism import PRISM_METHODS
 
 METHODS: dict[str, MethodSpec] = {name: baseline_spec(b) for name, b in BASELINES.items()}
+METHODS.update(PRISM_METHODS)
 
 
 def build_method(name: str, setup: MethodSetup) -> Method:

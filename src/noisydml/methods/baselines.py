@@ -115,6 +115,10 @@ class PMLMethod(Method):
             self.loss_fn = loss
 
     def loss(self, embeddings, labels, sample_ids, step):
+        if isinstance(self.loss_fn, losses.CrossBatchMemory) and step < self.hparams.get("memory_warmup_steps", 0):
+            # XBM's warm-up: the memory starts once features drift slowly (Wang et al. 2020, Sec. 4);
+            # until then the wrapped loss sees the batch alone and nothing is enqueued.
+            return self.loss_fn.loss(embeddings, labels), {}
         if self.miner is not None:
             value = self.loss_fn(embeddings, labels, self.miner(embeddings, labels))
         else:
@@ -144,6 +148,7 @@ def baseline_spec(baseline: PMLBaseline) -> MethodSpec:
         nested["miner"] = _schema_from_defaults(baseline.miner_defaults)
     if baseline.memory:
         schema["memory_size"] = Field(int, 8192, min=1)
+        schema["memory_warmup_steps"] = Field(int, 0, min=0, help="steps on the batch alone before the memory starts")
     return MethodSpec(
         build=lambda setup: PMLMethod(setup, baseline),
         schema=schema,

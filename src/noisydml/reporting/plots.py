@@ -88,3 +88,31 @@ def plot_noise_per_class(tables: dict[str, pd.DataFrame], nominal: dict[str, flo
         ax.set_visible(False)
     fig.tight_layout()
     _save(fig, path)
+
+
+def plot_selection(per_seed: pd.DataFrame, path: Path) -> None:
+    """Selection precision (solid) and recall (dashed) per epoch, mean over seeds, one colour per run group."""
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    rows = per_seed.dropna(subset=["selection_precision"]) if "selection_precision" in per_seed else per_seed.iloc[:0]
+    if rows.empty:
+        ax.text(0.5, 0.5, "no run in the grid selects samples", ha="center", va="center")
+        ax.set_axis_off()
+    for i, ((dataset, noise, method), group) in enumerate(rows.groupby(["dataset", "noise", "method"], sort=False)):
+        for column, style in (("selection_precision", "-"), ("selection_recall", "--")):
+            curves = np.array([[np.nan if v is None else v for v in c] for c in group[column]], dtype=float)
+            mean = np.nanmean(curves, axis=0)
+            epochs = np.arange(1, len(mean) + 1)
+            label = f"{method} {dataset}/{noise} {column.split('_')[1]}"
+            ax.plot(epochs, mean, style, color=f"C{i % 10}", marker="o", markersize=3, label=label)
+        clean = 1 - group["actual_noise_rate"].iloc[0]
+        ax.axhline(clean, color=f"C{i % 10}", linestyle=":", linewidth=1)
+    if not rows.empty:
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("share (dotted: clean fraction of the labels)")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title("sample selection: precision (solid), recall (dashed)")
+    _save(fig, path)

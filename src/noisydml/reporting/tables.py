@@ -24,12 +24,30 @@ def collect(params: dict, layout) -> pd.DataFrame:
             raise FileNotFoundError(f"{path}: missing; run `dvc repro` to evaluate every run of the grid")
         result = io.read_json(path)
         stats = io.read_json(layout.noisy(dataset, noise) / "stats.json")
+        training = result.get("training", {})
         rows.append({
             "dataset": dataset, "noise": noise, "noise_kind": stats["kind"],
             "noise_rate": stats["nominal_rate"], "actual_noise_rate": stats["actual_rate"],
             "method": method, "seed": seed, **result["metrics"],
+            "seconds_per_epoch": training.get("seconds_per_epoch"),
+            **{k: training.get(k) for k in SELECTION_COLUMNS},
+            **{f"final_{k}": training.get(f"final_{k}") for k in SELECTION_COLUMNS},
         })
     return pd.DataFrame(rows)
+
+
+#: Per-epoch diagnostics of methods that select samples (PRISM), as the evaluate stage copies them.
+SELECTION_COLUMNS = ("selection_precision", "selection_recall", "kept_fraction")
+
+#: PRISM (CVPR 2021), training time on CARS-98N in seconds (the slides' last table), keyed by
+#: (method, centres): our timing rows are matched to it.
+PAPER_TRAINING_SECONDS = {
+    ("mcl", None): ("Memory Contrastive Loss (MCL)", 1679.22),
+    ("prism", False): ("MCL + PRISM without centers", 12294.76),
+    ("prism", True): ("MCL + PRISM with centers", 1777.38),
+    ("softtriple", None): ("Soft Triple", 1685.47),
+    ("softtriple_prism", True): ("Soft Triple + PRISM with centers", 1767.97),
+}
 
 
 def summarise(per_seed: pd.DataFrame, metric_names: list[str]) -> pd.DataFrame:
@@ -129,9 +147,47 @@ def plot_series(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else summary
 
 
+def timing_table(params: dict, layout) -> pd.DataFrame:
+    """Seconds per epoch of the ``timing`` stage's methods, with PRISM's published times beside them."""
+    rows = []
+    for dataset in params["grid"]["datasets"]:
+        path = layout.timing(dataset)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; run `dvc repro timing@{dataset}`")
+        t = io.read_json(path)
+        first_paper = None
+        for i, r in enumerate(t["rows"]):
+            paper = PAPER_TRAINING_SECONDS.get((r["method"], r.get("centres")))
+            if i == 0:
+                first_paper = paper
+            rows.append({
+                "dataset": dataset, "noise": t["noise"], "method": r["label"],
+                "seconds/epoch": round(r["seconds_per_epoch"], 2),
+                "ms/step": round(1e3 * r["seconds_per_step"], 1),
+                "x first row": round(r["relative_to_first"], 2),
+                "PRISM paper (CARS-98N, s)": paper[1] if paper else "-",
+                "paper x first row": round(paper[1] / first_paper[1], 2) if paper and first_paper else "-",
+            })
+    return pd.DataFrame(rows)
+
+
+def selection_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Final-epoch selection precision / recall / kept fraction of runs that select samples."""
+    columns = [f"final_{k}" for k in SELECTION_COLUMNS]
+    rows = per_seed.dropna(subset=["final_selection_precision"]) if "final_selection_precision" in per_seed else per_seed.iloc[:0]
+    keys = ["dataset", "noise", "method"]
+    if rows.empty:
+        return pd.DataFrame(columns=keys + ["clean_fraction", "seeds"] + columns)
+    grouped = rows.groupby(keys, sort=False)
+    out = grouped[columns].mean()
+    out.insert(0, "clean_fraction", 1 - grouped["actual_noise_rate"].first())
+    out.insert(1, "seeds", grouped.size())
+    return out.reset_index()
+
+
 def write_report(params: dict, layout) -> Path:
     from noisydml.evaluation.retrieval import metric_names
-    from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class
+    from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class, plot_selection
 
     out = layout.reports
     per_seed = collect(params, layout)
@@ -139,6 +195,8 @@ def write_report(params: dict, layout) -> Path:
     summary = summarise(per_seed, names)
     noise = noise_table(params, layout)
     shown = params["report"]["metrics"]
+    selection = selection_summary(per_seed)
+    times = timing_table(params, layout)
 
     clusters = cluster_size_table(params, layout)
     per_class = {f"{d}/{n}": pd.read_csv(layout.noisy(d, n) / "per_class.csv")
@@ -155,12 +213,27 @@ def write_report(params: dict, layout) -> Path:
         md += ["### Moved clusters (small-cluster noise): number of clusters of each size", "",
                clusters.to_markdown(), ""]
     md += ["![Per-class noise](noise_per_class.png)", ""]
+    md += ["## Sample selection", "",
+           "Methods that select samples (PRISM): at the final epoch, the share of kept samples that are truly "
+           "clean (precision) and of truly clean samples that are kept (recall), from the corrupt stage's "
+           "ground truth, mean over seeds. A selection no better than chance has precision = clean fraction.", ""]
+    md += [selection.round(4).to_markdown(index=False) if not selection.empty else "(no run in the grid selects samples)",
+           "", "![Selection over training](selection_over_training.png)", "",
+           "## Training time", "",
+           f"Seconds per epoch on the same data (`timing` in params.yaml: {params['timing']['epochs']} epochs "
+           "each, the first not counted), beside PRISM's published training times (Table 4 of the slides, "
+           "CARS-98N, BN-Inception on a GPU). Compare the ratios, not the seconds.", "",
+           times.to_markdown(index=False), ""]
     io.write_text(out / "results.md", "\n".join(md))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
-    io.write_with(out / "results_per_seed.csv", lambda p: per_seed.to_csv(p, index=False, float_format="%.6f"))
+    flat = per_seed.drop(columns=list(SELECTION_COLUMNS))  # per-epoch curves live in metrics/*.json
+    io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
     plot_metric_vs_noise(summary, "precision_at_1", out / "p_at_1_vs_noise.png")
     plot_noise_per_class(per_class, nominal, out / "noise_per_class.png")
+    plot_selection(per_seed, out / "selection_over_training.png")
+    io.write_with(out / "selection.csv", lambda p: selection.to_csv(p, index=False, float_format="%.6f"))
+    io.write_with(out / "training_time.csv", lambda p: times.to_csv(p, index=False))
     # Plot data for `dvc plots show`: one row per point, methods told apart by the `method` field.
     plot_rows = plot_series(summary)[["dataset", "method", "noise", "noise_kind", "noise_rate", "precision_at_1",
                                       "mean_average_precision_at_r"]]

@@ -1,0 +1,218 @@
+"""PRISM: probabilistic ranking-based instance selection with memory (Liu et al., CVPR 2021).
+
+A selector in front of a base loss. Per batch (Algorithm 1 of the paper):
+
+1. ``P_clean(i)``: the softmax over classes of the average similarity of
+   ``f(x_i)`` to the memory's features of each class (Eqs. 2-3), taken at the
+   sample's label. Eq. 5 shows the average similarity to class ``k`` equals
+   ``<w_k, f(x_i)/||f(x_i)||>`` with the class centre ``w_k`` of Eq. 6, so with
+   ``centres: true`` the softmax is over ``B x C`` products with centres kept
+   up to date on every enqueue and dequeue (Eq. 7); with ``centres: false``
+   it follows Eq. 3 literally (``B x M`` similarities, then a mean per class),
+   which the paper reports as the slow path. A sample whose class has no
+   feature in the memory gets ``P_clean = 1`` (Algorithm 1, line 3); classes
+   without a centre still enter the softmax with ``w_k = 0``, as the centres
+   start at zero.
+2. Threshold (TRM / sTRM): ``Q_t`` is the ``floor(R * B)``-th lowest
+   ``P_clean`` of the batch (R = the assumed noise rate); ``m`` is the mean of
+   the last ``w`` values of ``Q`` (``w = 1``: TRM, keeps exactly the top
+   ``B - floor(R * B)``). Samples with ``P_clean > m`` are kept. If none is, the
+   lowest ``floor(R * B)`` are dropped instead. ``R = 0`` keeps everything.
+3. Only kept samples are enqueued (memory and centres) and passed to the base
+   loss: the memory contrastive loss of Eqs. 8-9 (``prism``: XBM's contrastive
+   loss with margin lambda = 0.5 over the batch and the memory, the same loss
+   as the ``mcl`` baseline, so ``prism`` with ``noise_rate: 0`` *is* ``mcl``),
+   or SoftTriple (``softtriple_prism``, PRISM's Table 3).
+
+Diagnostics per epoch, from the corrupt stage's ground truth (never used to
+select): selection precision (kept samples that are truly clean) and recall
+(truly clean samples that are kept).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from noisydml.config import Field
+from noisydml.methods.base import EpochContext, Method, MethodSetup, MethodSpec
+
+
+class ClassCentreMemory(nn.Module):
+    """FIFO memory of ``(feature, label)`` with per-class feature sums kept in step (Eq. 6).
+
+    Sums are float64, so thousands of incremental updates stay equal to a
+    recomputation from the memory's contents (a unit test checks this); a
+    class whose last feature leaves has its sum reset to exactly zero.
+    """
+
+    def __init__(self, size: int, dim: int, num_classes: int):
+        super().__init__()
+        self.size, self.num_classes = size, num_classes
+        self.register_buffer("features", torch.zeros(size, dim))
+        self.register_buffer("labels", torch.full((size,), -1, dtype=torch.long))
+        self.register_buffer("pointer", torch.zeros((), dtype=torch.long))
+        self.register_buffer("class_sums", torch.zeros(num_classes, dim, dtype=torch.float64))
+        self.register_buffer("class_counts", torch.zeros(num_classes, dtype=torch.long))
+
+    @torch.no_grad()
+    def enqueue(self, features: torch.Tensor, labels: torch.Tensor) -> None:
+        features = F.normalize(features.detach().float(), dim=1)[-self.size:]
+        labels = labels.detach().long()[-self.size:]
+        n = len(labels)
+        if n == 0:
+            return
+        slots = (self.pointer + torch.arange(n, device=labels.device)) % self.size
+        old_labels = self.labels[slots]
+        occupied = old_labels >= 0
+        if occupied.any():  # dequeue: what leaves the memory leaves its class's sum
+            gone = old_labels[occupied]
+            self.class_sums.index_add_(0, gone, -self.features[slots[occupied]].double())
+            self.class_counts.index_add_(0, gone, -torch.ones_like(gone))
+        self.features[slots] = features
+        self.labels[slots] = labels
+        self.class_sums.index_add_(0, labels, features.double())
+        self.class_counts.index_add_(0, labels, torch.ones_like(labels))
+        self.class_sums[self.class_counts == 0] = 0.0
+        self.pointer.fill_(int((self.pointer + n) % self.size))
+
+    def centres(self) -> torch.Tensor:
+        """``w_k`` of Eq. 6 (zero for classes with nothing in the memory), ``(C, D)`` float32."""
+        return (self.class_sums / self.class_counts.clamp(min=1).unsqueeze(1)).float()
+
+    def average_similarity(self, normalised: torch.Tensor) -> torch.Tensor:
+        """``T(x_i, k)`` of Eq. 3 computed literally: every memory feature, then a mean per class."""
+        valid = self.labels >= 0
+        sims = normalised @ self.features[valid].T
+        totals = torch.zeros(len(normalised), self.num_classes, device=normalised.device, dtype=sims.dtype)
+        totals.index_add_(1, self.labels[valid], sims)
+        return totals / self.class_counts.clamp(min=1).to(sims.dtype)
+
+
+def clean_probability(memory: ClassCentreMemory, embeddings: torch.Tensor, labels: torch.Tensor,
+                      centres: bool = True) -> torch.Tensor:
+    """``P_clean`` of every batch sample (Eq. 7 with centres, Eqs. 2-3 without); 1 for unseen classes."""
+    normalised = F.normalize(embeddings.detach().float(), dim=1)
+    similarity = normalised @ memory.centres().T if centres else memory.average_similarity(normalised)
+    p = torch.softmax(similarity, dim=1).gather(1, labels.view(-1, 1)).squeeze(1)
+    return torch.where(memory.class_counts[labels] > 0, p, torch.ones_like(p))
+
+
+class SlidingThreshold(nn.Module):
+    """TRM (window 1) and sTRM: the mean of the last ``window`` batch quantiles ``Q_t``."""
+
+    def __init__(self, noise_rate: float, window: int):
+        super().__init__()
+        self.noise_rate, self.window = noise_rate, window
+        self.register_buffer("values", torch.zeros(window, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+    @torch.no_grad()
+    def select(self, p_clean: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """The keep mask of a batch and the threshold used (NaN when nothing is filtered)."""
+        n = len(p_clean)
+        k = math.floor(self.noise_rate * n)
+        if k == 0:
+            return torch.ones(n, dtype=torch.bool, device=p_clean.device), float("nan")
+        q = torch.sort(p_clean.double()).values[k - 1]  # the highest of the k removal candidates
+        self.values[int(self.count) % self.window] = q
+        self.count += 1
+        threshold = self.values[: min(int(self.count), self.window)].mean()
+        keep = p_clean.double() > threshold
+        if not keep.any():  # nothing above the window mean: drop the lowest k of this batch instead
+            keep = torch.zeros(n, dtype=torch.bool, device=p_clean.device)
+            keep[torch.argsort(p_clean, descending=True, stable=True)[: n - k]] = True
+        return keep, float(threshold)
+
+
+PRISM_SCHEMA = {
+    "noise_rate": Field(float, 0.5, min=0.0, max=0.99,
+                        help="R: the assumed noise rate; the lowest floor(R*B) scores are removal candidates; 0 = no filtering"),
+    "window": Field(int, 30, min=1, help="w: batches in the sTRM window; 1 = TRM"),
+    "centres": Field(bool, True, help="P_clean from class centres (Eq. 7) or from every memory feature (Eq. 3)"),
+    "warmup_steps": Field(int, 0, min=0, help="steps at the start that keep every sample"),
+    "memory_size": Field(int, 8192, min=1, help="M: features in the memory bank (and XBM's memory for prism)"),
+}
+
+
+class PrismMethod(Method):
+    """PRISM's selector in front of a base loss from :mod:`noisydml.methods.baselines`."""
+
+    def __init__(self, setup: MethodSetup, base_name: str):
+        super().__init__(setup)
+        from noisydml.methods.baselines import BASELINES, PMLMethod
+
+        hp = setup.hparams
+        base_hparams = {"loss": hp["loss"], "memory_size": hp["memory_size"], "miner": {},
+                        "memory_warmup_steps": hp.get("memory_warmup_steps", 0)}
+        base_setup = MethodSetup(base_hparams, setup.num_classes, setup.embedding_dim, setup.dataset_size,
+                                 setup.train_labels, setup.seed)
+        self.base = PMLMethod(base_setup, BASELINES[base_name])
+        self.memory = ClassCentreMemory(hp["memory_size"], setup.embedding_dim, setup.num_classes)
+        self.threshold = SlidingThreshold(hp["noise_rate"], hp["window"])
+        self._is_noisy: torch.Tensor | None = None
+        self._counts = np.zeros(4, dtype=np.int64)  # kept & clean, kept, clean seen, seen
+        self._last_threshold = float("nan")
+
+    def select(self, embeddings: torch.Tensor, labels: torch.Tensor, step: int) -> torch.Tensor:
+        """Algorithm 1, lines 1-14: the keep mask of a batch (the memory is not touched)."""
+        if step < self.hparams["warmup_steps"] or self.hparams["noise_rate"] == 0:
+            return torch.ones(len(labels), dtype=torch.bool, device=labels.device)
+        p_clean = clean_probability(self.memory, embeddings, labels, centres=self.hparams["centres"])
+        keep, self._last_threshold = self.threshold.select(p_clean)
+        return keep
+
+    def loss(self, embeddings, labels, sample_ids, step):
+        keep = self.select(embeddings, labels, step)
+        self.memory.enqueue(embeddings[keep], labels[keep])  # line 15-18: only kept samples, centres updated
+        value, logs = self.base.loss(embeddings[keep], labels[keep], sample_ids[keep], step)
+        if self._is_noisy is not None:
+            clean = ~self._is_noisy[sample_ids.cpu()]
+            kept = keep.cpu()
+            self._counts += [int((kept & clean).sum()), int(kept.sum()), int(clean.sum()), len(kept)]
+        return value, {**logs, "kept_fraction": float(keep.float().mean())}
+
+    def on_epoch_start(self, ctx: EpochContext) -> dict[str, float]:
+        self._is_noisy = torch.as_tensor(np.asarray(ctx.is_noisy, dtype=bool)) if ctx.is_noisy is not None else None
+        self._counts[:] = 0
+        return {}
+
+    def on_epoch_end(self, ctx: EpochContext) -> dict[str, float]:
+        logs = {"selection_threshold": self._last_threshold}
+        kept_clean, kept, clean, _ = (int(x) for x in self._counts)
+        if self._is_noisy is not None and kept and clean:
+            logs["selection_precision"] = kept_clean / kept  # kept samples that are truly clean
+            logs["selection_recall"] = kept_clean / clean    # truly clean samples that are kept
+        return logs
+
+    def lr_multiplier(self) -> float:
+        return float(self.hparams["lr_multiplier"])
+
+
+def prism_spec(base_name: str, description: str) -> MethodSpec:
+    from noisydml.methods.baselines import BASELINES, _schema_from_defaults
+
+    base = BASELINES[base_name]
+    schema = {
+        "loss": Field(dict, dict(base.loss_defaults)),
+        "lr_multiplier": Field(float, base.lr_multiplier, min=0.0),
+        **PRISM_SCHEMA,
+    }
+    if base.memory:
+        schema["memory_warmup_steps"] = Field(int, 0, min=0, help="steps before XBM's memory joins the loss (as mcl's)")
+    return MethodSpec(
+        build=lambda setup: PrismMethod(setup, base_name),
+        schema=schema,
+        description=description,
+        nested={"loss": _schema_from_defaults(base.loss_defaults)},
+    )
+
+
+PRISM_METHODS = {
+    "prism": prism_spec("mcl", "PRISM + memory contrastive loss (Liu et al. 2021); with noise_rate 0 it is mcl"),
+    "softtriple_prism": prism_spec("softtriple", "PRISM's selection in front of SoftTriple (PRISM Table 3)"),
+}

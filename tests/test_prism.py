@@ -1,0 +1,165 @@
+"""PRISM (Liu et al., CVPR 2021): memory and centres, P_clean, TRM/sTRM, the method in the trainer."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from noisydml.methods import METHODS, MethodSetup, build_method
+from noisydml.methods.base import EpochContext
+from noisydml.methods.prism import ClassCentreMemory, SlidingThreshold, clean_probability
+
+
+def _centres_from_scratch(memory):
+    valid = memory.labels >= 0
+    feats, labels = memory.features[valid].double(), memory.labels[valid]
+    sums = torch.zeros(memory.num_classes, feats.shape[1], dtype=torch.float64).index_add_(0, labels, feats)
+    counts = torch.bincount(labels, minlength=memory.num_classes)
+    return (sums / counts.clamp(min=1).unsqueeze(1)), counts
+
+
+@settings(max_examples=25, deadline=None)
+@given(size=st.integers(1, 64), classes=st.integers(1, 12), seed=st.integers(0, 2**31),
+       batches=st.lists(st.integers(0, 80), min_size=1, max_size=40))
+def test_incremental_centres_equal_recomputation(size, classes, seed, batches):
+    gen = torch.Generator().manual_seed(seed)
+    memory = ClassCentreMemory(size, 6, classes)
+    for n in batches:
+        memory.enqueue(torch.randn(n, 6, generator=gen), torch.randint(0, classes, (n,), generator=gen))
+        centres, counts = _centres_from_scratch(memory)
+        assert torch.equal(memory.class_counts, counts)
+        assert torch.allclose(memory.centres().double(), centres, atol=1e-6)
+        assert torch.all(memory.centres()[counts == 0] == 0)
+    # FIFO: the memory holds exactly the last `size` enqueued items
+    assert int((memory.labels >= 0).sum()) == min(size, sum(batches))
+
+
+def test_fifo_replaces_the_oldest_items():
+    memory = ClassCentreMemory(4, 2, 3)
+    memory.enqueue(torch.tensor([[1.0, 0], [1, 0], [0, 1]]), torch.tensor([0, 0, 1]))
+    memory.enqueue(torch.tensor([[0.0, 1], [0, 1]]), torch.tensor([2, 2]))  # overwrites the first item
+    assert memory.labels.tolist() == [2, 0, 1, 2]
+    assert memory.class_counts.tolist() == [1, 1, 2]
+
+
+def test_p_clean_matches_eq7_and_eq3():
+    gen = torch.Generator().manual_seed(0)
+    memory = ClassCentreMemory(50, 8, 5)
+    memory.enqueue(torch.randn(40, 8, generator=gen), torch.randint(0, 4, (40,), generator=gen))  # class 4 unseen
+    emb = torch.randn(10, 8, generator=gen)
+    labels = torch.tensor([0, 1, 2, 3, 4, 0, 1, 2, 3, 4])
+    # Eq. 2-3 by hand: average cosine similarity to each class's stored features, softmax over classes
+    f = F.normalize(emb, dim=1)
+    v = F.normalize(memory.features[memory.labels >= 0], dim=1)
+    lab = memory.labels[memory.labels >= 0]
+    expected = []
+    for i in range(10):
+        t = torch.stack([(f[i] @ v[lab == k].T).mean() if (lab == k).any() else torch.tensor(0.0) for k in range(5)])
+        expected.append(1.0 if labels[i] == 4 else float(torch.softmax(t, 0)[labels[i]]))
+    for centres in (True, False):
+        p = clean_probability(memory, emb, labels, centres=centres)
+        assert torch.allclose(p, torch.tensor(expected), atol=1e-5), centres
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 128), rate=st.floats(0.0, 0.99), seed=st.integers(0, 2**31))
+def test_trm_keeps_exactly_the_top_of_the_batch(n, rate, seed):
+    scores = torch.rand(n, generator=torch.Generator().manual_seed(seed))  # distinct almost surely
+    keep, _ = SlidingThreshold(rate, window=1).select(scores)
+    k = math.floor(rate * n)
+    assert int(keep.sum()) == n - k
+    if 0 < k < n:
+        assert scores[keep].min() > scores[~keep].max()
+
+
+@settings(max_examples=20, deadline=None)
+@given(rate=st.floats(0.05, 0.95), seed=st.integers(0, 2**31), batches=st.integers(1, 20))
+def test_strm_with_window_one_is_trm_and_windows_average(rate, seed, batches):
+    gen = torch.Generator().manual_seed(seed)
+    trm, strm1, strm3 = SlidingThreshold(rate, 1), SlidingThreshold(rate, 1), SlidingThreshold(rate, 3)
+    quantiles = []
+    for _ in range(batches):
+        scores = torch.rand(32, generator=gen)
+        k = math.floor(rate * 32)
+        quantiles.append(float(torch.sort(scores.double()).values[k - 1]))
+        a, ta = trm.select(scores)
+        b, tb = strm1.select(scores)
+        assert torch.equal(a, b) and ta == tb
+        _, t3 = strm3.select(scores)
+        assert t3 == pytest.approx(np.mean(quantiles[-3:]))
+
+
+def test_empty_selection_falls_back_to_dropping_the_lowest():
+    thr = SlidingThreshold(0.5, window=2)
+    thr.select(torch.tensor([0.9, 0.95, 0.99, 0.97]))  # Q = 0.95
+    keep, threshold = thr.select(torch.tensor([0.1, 0.2, 0.3, 0.4]))  # all below the window mean
+    assert threshold == pytest.approx((0.95 + 0.2) / 2)
+    assert keep.tolist() == [False, False, True, True]
+
+
+def test_rate_zero_keeps_everything():
+    keep, threshold = SlidingThreshold(0.0, 5).select(torch.rand(64))
+    assert keep.all() and math.isnan(threshold)
+
+
+def _setup(name, **overrides):
+    hp = METHODS[name].check(overrides, f"methods.{name}")
+    labels = np.repeat(np.arange(8), 8)
+    return MethodSetup(hp, num_classes=8, embedding_dim=16, dataset_size=64, train_labels=labels, seed=0)
+
+
+def test_prism_with_rate_zero_is_mcl():
+    torch.manual_seed(0)
+    prism = build_method("prism", _setup("prism", noise_rate=0.0, memory_size=128))
+    mcl = build_method("mcl", _setup("mcl", memory_size=128))
+    gen = torch.Generator().manual_seed(1)
+    for step in range(5):
+        emb = F.normalize(torch.randn(16, 16, generator=gen), dim=1)
+        labels = torch.randint(0, 8, (16,), generator=gen)
+        ids = torch.arange(16)
+        a, _ = prism.loss(emb, labels, ids, step)
+        b, _ = mcl.loss(emb, labels, ids, step)
+        assert torch.allclose(a, b)
+
+
+def test_prism_selects_clean_samples_and_reports_precision_recall():
+    """Two well-separated clusters per label; noisy samples sit in another label's cluster."""
+    method = build_method("prism", _setup("prism", noise_rate=0.25, window=1, memory_size=256))
+    gen = torch.Generator().manual_seed(0)
+    centres = F.normalize(torch.randn(8, 16, generator=gen), dim=1)
+    true = torch.arange(64) % 8
+    noisy_mask = (torch.arange(64) // 8) % 4 == 0  # 2 of the 8 samples of every class
+    labels = torch.where(noisy_mask, (true + 3) % 8, true)
+    ctx = EpochContext(epoch=0, num_epochs=1, step=0, model=None, device=torch.device("cpu"),
+                       train_labels=labels.numpy(), embed_train=None, is_noisy=noisy_mask.numpy())
+    method.on_epoch_start(ctx)
+    for step in range(20):
+        emb = F.normalize(centres[true] * 5 + 0.3 * torch.randn(64, 16, generator=gen), dim=1)
+        _, logs = method.loss(emb.requires_grad_(), labels, torch.arange(64), step)
+        assert logs["kept_fraction"] == pytest.approx(0.75, abs=0.02) or step == 0
+    out = method.on_epoch_end(ctx)
+    assert out["selection_precision"] > 0.95
+    assert 0.85 < out["selection_recall"] <= 1.0
+
+
+def test_softtriple_prism_builds_and_trains_proxies():
+    method = build_method("softtriple_prism", _setup("softtriple_prism", memory_size=64))
+    assert method.lr_multiplier() == 100.0
+    emb = F.normalize(torch.randn(16, 16), dim=1).requires_grad_()
+    loss, _ = method.loss(emb, torch.arange(16) % 8, torch.arange(16), 0)
+    loss.backward()
+    assert any(p.grad is not None for p in method.parameters())
+
+
+def test_warmup_keeps_every_sample():
+    method = build_method("prism", _setup("prism", noise_rate=0.5, warmup_steps=3, memory_size=64))
+    emb = F.normalize(torch.randn(16, 16), dim=1)
+    for step in range(3):
+        _, logs = method.loss(emb, torch.arange(16) % 8, torch.arange(16), step)
+        assert logs["kept_fraction"] == 1.0
+    _, logs = method.loss(emb, torch.arange(16) % 8, torch.arange(16), 3)
+    assert logs["kept_fraction"] <= 0.5
