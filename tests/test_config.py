@@ -1,6 +1,17 @@
 import pytest
 
+from conftest import REPO
 from noisydml.config import ParamsError, load_params, validate_params
+
+
+@pytest.mark.parametrize("anchor, method_set", [("default_methods", "default"), ("all_baselines", "all_baselines"),
+                                                 ("noise_robust", "noise_robust")])
+def test_grid_methods_can_point_at_every_method_set(tmp_path, anchor, method_set):
+    text = (REPO / "params.yaml").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("  methods: *"))
+    (tmp_path / "params.yaml").write_text(text.replace(line, f"  methods: *{anchor}"))
+    p = load_params(tmp_path / "params.yaml")
+    assert p["grid"]["methods"] == p["method_sets"][method_set]
 
 
 def test_repository_params_are_valid():

@@ -148,3 +148,18 @@ def test_bad_noise_settings_are_refused_at_load_time(raw_params, setting, messag
     raw["timing"]["noise"] = "clean"
     with pytest.raises(ParamsError, match=message):
         validate_params(raw)
+
+
+def test_validation_split_holds_out_whole_classes_the_same_for_every_method(tmp_path, raw_params):
+    from noisydml.pipeline import load_run_data
+
+    layout = Layout(tmp_path)
+    _prepare(layout)
+    corrupt(_params(raw_params), "toy", "clean", layout)
+    data = load_run_data("toy", "clean", layout, validation_classes=2, seed=3)
+    assert sorted(np.concatenate([data.fit_index, data.val_index]).tolist()) == list(range(48))
+    assert len(np.unique(data.val_set.labels)) == 2
+    assert not set(data.val_set.labels) & set(data.noisy["label"].to_numpy()[data.fit_index])
+    assert sorted(np.unique(data.train_set.labels)) == list(range(6))  # renumbered for training
+    again = load_run_data("toy", "clean", layout, validation_classes=2, seed=3)
+    assert np.array_equal(again.val_index, data.val_index)

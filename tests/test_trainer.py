@@ -75,3 +75,33 @@ def test_too_many_classes_per_batch(data, tmp_path):
     spec = _spec("ms", batch={"classes": 10, "per_class": 2})
     with pytest.raises(ParamsError, match="train.batch.classes: 10 classes per batch, but the training labels have only 6"):
         _fit(spec, data, tmp_path / "e.pt")
+
+
+def test_best_validation_selects_on_held_out_classes_only(data, tmp_path):
+    train, test = data
+    held = np.isin(train.labels, [4, 5])
+    fit = ImageSet(train.images[~held], train.labels[~held])
+    val = ImageSet(train.images[held], train.labels[held])
+    spec = _spec(method="ms", epochs=4, eval_every=1, validation_classes=2, model_selection="best_validation")
+    result = _fit(spec, (fit, test), tmp_path / "v.pt", val_set=val)
+    scores = [h["val_precision_at_1"] for h in result.history]
+    assert result.selected_epoch == 1 + int(np.argmax(scores))  # first best epoch
+    # the returned model is the selected epoch's: its test P@1 is what was monitored at that epoch
+    from noisydml.evaluation.retrieval import retrieval_metrics
+
+    p1 = retrieval_metrics(result.test_embeddings, test.labels, recall_at=(1,), nmi=False)["precision_at_1"]
+    assert p1 == pytest.approx(result.history[result.selected_epoch - 1]["test_precision_at_1"])
+    last = _fit(_spec(method="ms", epochs=4, eval_every=1, validation_classes=2), (fit, test), tmp_path / "l.pt",
+                val_set=val)
+    assert last.selected_epoch == 4 and "val_precision_at_1" in last.history[0]
+
+
+def test_best_validation_without_validation_classes_is_refused(raw_params):
+    from noisydml.config import validate_params
+
+    raw_params["train"]["model_selection"] = "best_validation"
+    with pytest.raises(ParamsError, match="needs train.validation_classes > 0"):
+        validate_params(raw_params)
+    raw_params["train"]["validation_classes"] = 190
+    with pytest.raises(ParamsError, match="leaves fewer than train.batch.classes"):
+        validate_params(raw_params)

@@ -141,6 +141,9 @@ TRAIN_SCHEMA: dict[str, Field] = {
     "eval_every": Field(int, 1, min=0, help="epochs between test-set monitoring; 0 = final epoch only"),
     "device": Field(str, "auto", choices=("auto", "cpu", "cuda")),
     "threads": Field(int, 0, min=0, help="torch CPU threads; 0 = torch's default"),
+    "validation_classes": Field(int, 0, min=0, help="training classes (by noisy label) held out for model selection"),
+    "model_selection": Field(str, "last", choices=("last", "best_validation"),
+                             help="the reported model: the last epoch's, or the best validation P@1's"),
 }
 BATCH_SCHEMA = {
     "classes": Field(int, 16, min=2, help="P: classes per batch"),
@@ -316,6 +319,9 @@ def validate_params(raw: Any) -> dict[str, Any]:
             f"train.schedule.warmup_epochs: {train['schedule']['warmup_epochs']} must be below "
             f"train.epochs ({train['epochs']})"
         )
+    if train["model_selection"] == "best_validation" and train["validation_classes"] == 0:
+        raise ParamsError("train.model_selection: 'best_validation' needs train.validation_classes > 0 "
+                          "(held-out training classes; the test set is never used to select a model)")
     p["train"] = train
     p["evaluate"] = check_section(raw.get("evaluate"), EVALUATE_SCHEMA, "evaluate")
     p["tracking"] = check_section(raw.get("tracking"), TRACKING_SCHEMA, "tracking")
@@ -356,6 +362,11 @@ def validate_params(raw: Any) -> dict[str, Any]:
             raise ParamsError(
                 f"train.batch.classes: {batch['classes']} classes per batch, but dataset {ds_name!r} "
                 f"has only {n_train} training classes; allowed: 2..{n_train}"
+            )
+        if n_train is not None and train["validation_classes"] and n_train - train["validation_classes"] < batch["classes"]:
+            raise ParamsError(
+                f"train.validation_classes: {train['validation_classes']} held out of dataset {ds_name!r}'s "
+                f"{n_train} training classes leaves fewer than train.batch.classes ({batch['classes']}) to train on"
             )
     from noisydml.evaluation.retrieval import metric_names
 

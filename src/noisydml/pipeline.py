@@ -165,15 +165,26 @@ def load_noisy_labels(path: Path, train_sample_ids: np.ndarray) -> pd.DataFrame:
 class RunData:
     """The training and test images of one (dataset, noise setting), as the trainer takes them."""
 
-    train_rows: pd.DataFrame
+    train_rows: pd.DataFrame  # the whole training split (manifest rows)
     test_rows: pd.DataFrame
-    noisy: pd.DataFrame
-    train_set: object  # engine.trainer.ImageSet
+    noisy: pd.DataFrame       # labels.csv of the noise setting, row i = train_rows row i
+    train_set: object         # engine.trainer.ImageSet: what is trained on
     test_set: object
-    fingerprint: str  # images checksum + noisy labels digest
+    fingerprint: str          # images checksum + noisy labels digest
+    #: Rows of train_rows trained on / held out for validation (``train.validation_classes``).
+    fit_index: np.ndarray | None = None
+    val_index: np.ndarray | None = None
+    val_set: object | None = None
 
 
-def load_run_data(dataset: str, noise: str, layout: Layout) -> RunData:
+def validation_split(labels: np.ndarray, num_classes: int, seed: int) -> np.ndarray:
+    """Rows whose (noisy) label is one of ``num_classes`` classes drawn by ``seed``: the same for every method."""
+    classes = np.unique(labels)
+    held = np.random.default_rng([seed, 7]).choice(classes, size=num_classes, replace=False)
+    return np.isin(labels, held)
+
+
+def load_run_data(dataset: str, noise: str, layout: Layout, validation_classes: int = 0, seed: int = 0) -> RunData:
     from noisydml.engine.trainer import ImageSet
 
     ds, train_rows, _ = train_split(layout.prepared(dataset))
@@ -181,12 +192,26 @@ def load_run_data(dataset: str, noise: str, layout: Layout) -> RunData:
     noisy = load_noisy_labels(layout.noisy(dataset, noise), train_rows["sample_id"].to_numpy())
     test_rows = ds.split("test")
     images = np.asarray(ds.images)
-    train_set = ImageSet(images[train_rows["sample_id"].to_numpy()], noisy["label"].to_numpy(),
-                         noisy["is_noisy"].to_numpy().astype(bool))
+    train_images = images[train_rows["sample_id"].to_numpy()]
+    labels, is_noisy = noisy["label"].to_numpy(), noisy["is_noisy"].to_numpy().astype(bool)
     test_set = ImageSet(images[test_rows["sample_id"].to_numpy()], test_rows["label"].to_numpy())
     labels_digest = pd.util.hash_pandas_object(noisy, index=False).sum()
-    return RunData(train_rows, test_rows, noisy, train_set, test_set,
-                   f"{ds.info['images_sha256']}:{int(labels_digest)}")
+    fingerprint = f"{ds.info['images_sha256']}:{int(labels_digest)}"
+    if not validation_classes:
+        return RunData(train_rows, test_rows, noisy, ImageSet(train_images, labels, is_noisy), test_set, fingerprint)
+    num_labels = len(np.unique(labels))
+    if validation_classes >= num_labels:
+        from noisydml.data import DatasetError
+
+        raise DatasetError(f"train.validation_classes: {validation_classes} held out, but {dataset}/{noise}'s "
+                           f"training labels have only {num_labels} classes")
+    held = validation_split(labels, validation_classes, seed)
+    fit_index, val_index = np.flatnonzero(~held), np.flatnonzero(held)
+    fit_labels = np.unique(labels[fit_index], return_inverse=True)[1]  # renumbered 0..K-1
+    return RunData(train_rows, test_rows, noisy,
+                   ImageSet(train_images[fit_index], fit_labels, is_noisy[fit_index]), test_set,
+                   f"{fingerprint}:val{validation_classes}", fit_index, val_index,
+                   ImageSet(train_images[val_index], labels[val_index]))
 
 
 def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout()) -> Path:
@@ -197,7 +222,7 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
     from noisydml.reporting.plots import plot_history
     from noisydml.tracking import MlflowTracker, git_commit
 
-    data = load_run_data(dataset, noise, layout)
+    data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
     train_rows, test_rows, noisy, train_set, test_set = (data.train_rows, data.test_rows, data.noisy,
                                                          data.train_set, data.test_set)
     spec = RunSpec(
@@ -221,7 +246,7 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
               "noise": noise, "method": method, "seed": str(seed)},
     )
     checkpoint = layout.checkpoint(dataset, noise, method, seed)
-    trainer = Trainer(spec, train_set, test_set, checkpoint, tracker=tracker)
+    trainer = Trainer(spec, train_set, test_set, checkpoint, tracker=tracker, val_set=data.val_set)
     try:
         result = trainer.fit()
     except BaseException:
@@ -235,7 +260,12 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
                     "train": params["train"], "method_name": method}, tmp / "model.pt")
         np.savez(tmp / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
                  labels=test_set.labels, sample_ids=test_rows["sample_id"].to_numpy())
-        np.savez(tmp / TRAIN_EMBEDDINGS, embeddings=result.train_embeddings.numpy(),
+        train_embeddings = result.train_embeddings.numpy()
+        if data.val_index is not None:  # every training sample, in the split's order, held-out ones included
+            train_embeddings = np.empty((len(train_rows), train_embeddings.shape[1]), np.float32)
+            train_embeddings[data.fit_index] = result.train_embeddings.numpy()
+            train_embeddings[data.val_index] = result.val_embeddings.numpy()
+        np.savez(tmp / TRAIN_EMBEDDINGS, embeddings=train_embeddings,
                  sample_ids=train_rows["sample_id"].to_numpy(), labels=noisy["label"].to_numpy(),
                  true_labels=noisy["true_label"].to_numpy())
         history.to_csv(tmp / "history.csv", index=False)
@@ -243,6 +273,8 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
         io.write_json(tmp / "run.json", {
             "run_name": name, "mlflow_run_id": result.run_id, "fingerprint": spec.fingerprint(),
             "resumed_from_epoch": result.resumed_from_epoch, "epochs": params["train"]["epochs"],
+            "selected_epoch": result.selected_epoch, "model_selection": params["train"]["model_selection"],
+            "validation_classes": params["train"]["validation_classes"],
         })
     tracker.log_artifact(out / "history.csv")
     tracker.log_artifact(out / "training_curves.png")
@@ -323,6 +355,7 @@ def evaluate(params: dict, dataset: str, noise: str, method: str, seed: int, lay
         "dataset": dataset, "noise": noise, "method": method, "seed": seed,
         "num_queries": int(len(data["labels"])), "num_classes": int(len(np.unique(data["labels"]))),
         "metrics": metrics, "training": training, "eval_seconds": seconds,
+        "selected_epoch": run_info.get("selected_epoch"), "model_selection": run_info.get("model_selection"),
         "mlflow_run_id": run_info.get("mlflow_run_id"),
     }
     out = layout.metrics(dataset, noise, method, seed)

@@ -14,6 +14,8 @@ the reported model is always the last epoch's, never the best on the test set.
 
 from __future__ import annotations
 
+import copy
+
 import hashlib
 import json
 import math
@@ -181,6 +183,9 @@ class TrainResult:
     train_embeddings: torch.Tensor
     resumed_from_epoch: int | None
     run_id: str | None
+    #: The epoch whose model is returned: the last, or the best on the validation classes.
+    selected_epoch: int | None = None
+    val_embeddings: torch.Tensor | None = None
 
 
 class Trainer:
@@ -195,10 +200,13 @@ class Trainer:
         tracker=None,
         stop_after_epoch: int | None = None,
         progress: bool = True,
+        val_set: ImageSet | None = None,
     ):
         self.spec = spec
         self.train_set = train_set
         self.test_set = test_set
+        #: Held-out training classes (noisy labels): the only data model selection may look at.
+        self.val_set = val_set
         self.checkpoint_path = Path(checkpoint_path)
         self.tracker = tracker or NullTracker()
         # For tests of resume: raise after this epoch's checkpoint, as a kill would.
@@ -227,6 +235,11 @@ class Trainer:
         torch.manual_seed(self.spec.seed)
         train_x = self.train_set.tensor()
         test_x = self.test_set.tensor()
+        val_x = self.val_set.tensor() if self.val_set is not None else None
+        select_best = cfg.get("model_selection", "last") == "best_validation"
+        if select_best and val_x is None:
+            raise ParamsError("train.model_selection: 'best_validation' needs train.validation_classes > 0")
+        best: dict | None = None  # {"epoch", "score", "model", "method"} of the best validation epoch
         model = build_model(cfg, in_channels=train_x.shape[1]).to(device)
         method = build_method(
             self.spec.method,
@@ -255,6 +268,7 @@ class Trainer:
                 optimizer.load_state_dict(state["optimizer"])
                 scheduler.load_state_dict(state["scheduler"])
                 history, step, run_id = state["history"], state["step"], state.get("run_id")
+                best = state.get("best")
                 start_epoch = resumed_from = state["epoch"] + 1
                 print(f"resuming from {self.checkpoint_path} after epoch {start_epoch} of {cfg['epochs']}")
             else:
@@ -306,6 +320,15 @@ class Trainer:
             row["epoch_seconds"] = time.perf_counter() - t0
             last = epoch + 1 == cfg["epochs"]
             if last or (cfg["eval_every"] and (epoch + 1) % cfg["eval_every"] == 0):
+                if val_x is not None:
+                    val = retrieval_metrics(
+                        embed(model, val_x, device), self.val_set.labels, recall_at=(1,), nmi=False,
+                        include=MONITOR_METRICS, max_k=self.spec.evaluate.get("max_k", 1023),
+                    )
+                    row.update({f"val_{k}": v for k, v in val.items()})
+                    if select_best and (best is None or val["precision_at_1"] > best["score"]):
+                        best = {"epoch": epoch + 1, "score": val["precision_at_1"],
+                                "model": copy.deepcopy(model.state_dict()), "method": copy.deepcopy(method.state_dict())}
                 test_emb = embed(model, test_x, device)
                 monitor = retrieval_metrics(
                     test_emb, self.test_set.labels, recall_at=(1,), nmi=False, include=MONITOR_METRICS,
@@ -318,12 +341,20 @@ class Trainer:
             state = {
                 "fingerprint": fingerprint, "epoch": epoch, "step": step, "history": history, "run_id": run_id,
                 "model": model.state_dict(), "method": method.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "best": best,
             }
             io.write_with(self.checkpoint_path, lambda p: torch.save(state, p))
             if self.stop_after_epoch is not None and epoch + 1 >= self.stop_after_epoch and not last:
                 raise KeyboardInterrupt(f"stopped after epoch {epoch + 1} (stop_after_epoch)")
 
+        selected_epoch = cfg["epochs"]
+        if select_best and best is not None:
+            # chosen on the validation classes only; the test set never takes part
+            model.load_state_dict(best["model"])
+            method.load_state_dict(best["method"])
+            selected_epoch = best["epoch"]
         test_emb = embed(model, test_x, device)
         train_emb = embed(model, train_x, device)
-        return TrainResult(model, method, history, test_emb, train_emb, resumed_from, run_id)
+        val_emb = embed(model, val_x, device) if val_x is not None else None
+        return TrainResult(model, method, history, test_emb, train_emb, resumed_from, run_id,
+                           selected_epoch=selected_epoch, val_embeddings=val_emb)

@@ -67,17 +67,17 @@ class ClassCentreMemory(nn.Module):
         if n == 0:
             return
         slots = (self.pointer + torch.arange(n, device=labels.device)) % self.size
+        # One scatter for dequeue and enqueue: what leaves a slot is subtracted from its class's sum
+        # (empty slots, label -1, contribute zero), what enters is added.
         old_labels = self.labels[slots]
-        occupied = old_labels >= 0
-        if occupied.any():  # dequeue: what leaves the memory leaves its class's sum
-            gone = old_labels[occupied]
-            self.class_sums.index_add_(0, gone, -self.features[slots[occupied]].double())
-            self.class_counts.index_add_(0, gone, -torch.ones_like(gone))
+        occupied = (old_labels >= 0).to(torch.float64).unsqueeze(1)
+        classes = torch.cat([old_labels.clamp(min=0), labels])
+        self.class_sums.index_add_(0, classes, torch.cat([-self.features[slots].double() * occupied,
+                                                          features.double()]))
+        self.class_counts.index_add_(0, classes, torch.cat([-occupied.squeeze(1).long(), torch.ones_like(labels)]))
+        self.class_sums.masked_fill_((self.class_counts == 0).unsqueeze(1), 0.0)
         self.features[slots] = features
         self.labels[slots] = labels
-        self.class_sums.index_add_(0, labels, features.double())
-        self.class_counts.index_add_(0, labels, torch.ones_like(labels))
-        self.class_sums[self.class_counts == 0] = 0.0
         self.pointer.fill_(int((self.pointer + n) % self.size))
 
     def centres(self) -> torch.Tensor:
@@ -118,7 +118,7 @@ class SlidingThreshold(nn.Module):
         k = math.floor(self.noise_rate * n)
         if k == 0:
             return torch.ones(n, dtype=torch.bool, device=p_clean.device), float("nan")
-        q = torch.sort(p_clean.double()).values[k - 1]  # the highest of the k removal candidates
+        q = torch.kthvalue(p_clean.double(), k).values  # the highest of the k removal candidates
         self.values[int(self.count) % self.window] = q
         self.count += 1
         threshold = self.values[: min(int(self.count), self.window)].mean()

@@ -61,6 +61,13 @@ def summarise(per_seed: pd.DataFrame, metric_names: list[str]) -> pd.DataFrame:
     return out
 
 
+def _selection_text(train: dict) -> str:
+    if train["model_selection"] == "best_validation":
+        return (f"model of the epoch with the best validation P@1 on {train['validation_classes']} held-out "
+                "training classes; the test set never selects")
+    return "final epoch, no test-set model selection"
+
+
 def markdown_table(summary: pd.DataFrame, metrics: list[str], params: dict) -> str:
     """Rows = methods, columns = dataset x noise, cells = the chosen metrics in percent."""
     short = {"precision_at_1": "P@1", "mean_average_precision_at_r": "MAP@R", "r_precision": "RP", "nmi": "NMI"}
@@ -70,7 +77,7 @@ def markdown_table(summary: pd.DataFrame, metrics: list[str], params: dict) -> s
     header = "| method | " + " | ".join(f"{d} / {n}" for d, n in columns) + " |"
     lines = [
         f"Cells: {' / '.join(short.get(m, m) for m in metrics)} in %, mean over {len(grid['seeds'])} seed(s)"
-        + (" (± std)" if len(grid["seeds"]) > 1 else "") + "; final epoch, no test-set model selection.",
+        + (" (± std)" if len(grid["seeds"]) > 1 else "") + "; " + _selection_text(params["train"]) + ".",
         "",
         header,
         "|" + "---|" * (len(columns) + 1),
