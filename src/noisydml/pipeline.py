@@ -223,8 +223,6 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
     from noisydml.tracking import MlflowTracker, git_commit
 
     data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
-    train_rows, test_rows, noisy, train_set, test_set = (data.train_rows, data.test_rows, data.noisy,
-                                                         data.train_set, data.test_set)
     spec = RunSpec(
         method=method,
         method_hparams=params["methods"][method],
@@ -246,7 +244,7 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
               "noise": noise, "method": method, "seed": str(seed)},
     )
     checkpoint = layout.checkpoint(dataset, noise, method, seed)
-    trainer = Trainer(spec, train_set, test_set, checkpoint, tracker=tracker, val_set=data.val_set)
+    trainer = Trainer(spec, data.train_set, data.test_set, checkpoint, tracker=tracker, val_set=data.val_set)
     try:
         result = trainer.fit()
     except BaseException:
@@ -259,15 +257,15 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
         torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),
                     "train": params["train"], "method_name": method}, tmp / "model.pt")
         np.savez(tmp / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
-                 labels=test_set.labels, sample_ids=test_rows["sample_id"].to_numpy())
+                 labels=data.test_set.labels, sample_ids=data.test_rows["sample_id"].to_numpy())
         train_embeddings = result.train_embeddings.numpy()
         if data.val_index is not None:  # every training sample, in the split's order, held-out ones included
-            train_embeddings = np.empty((len(train_rows), train_embeddings.shape[1]), np.float32)
+            train_embeddings = np.empty((len(data.train_rows), train_embeddings.shape[1]), np.float32)
             train_embeddings[data.fit_index] = result.train_embeddings.numpy()
             train_embeddings[data.val_index] = result.val_embeddings.numpy()
         np.savez(tmp / TRAIN_EMBEDDINGS, embeddings=train_embeddings,
-                 sample_ids=train_rows["sample_id"].to_numpy(), labels=noisy["label"].to_numpy(),
-                 true_labels=noisy["true_label"].to_numpy())
+                 sample_ids=data.train_rows["sample_id"].to_numpy(), labels=data.noisy["label"].to_numpy(),
+                 true_labels=data.noisy["true_label"].to_numpy())
         history.to_csv(tmp / "history.csv", index=False)
         plot_history(history, name, tmp / "training_curves.png")
         io.write_json(tmp / "run.json", {
@@ -301,6 +299,8 @@ def timing(params: dict, dataset: str, layout: Layout = Layout()) -> dict:
     cfg = params["timing"]
     data = load_run_data(dataset, cfg["noise"], layout)
     train_cfg = {**params["train"], "epochs": cfg["epochs"], "eval_every": 0}
+    batch = params["train"]["batch"]
+    steps = steps_per_epoch(len(data.train_set.labels), batch["classes"] * batch["per_class"])
     rows = []
     for entry in cfg["entries"]:
         spec = RunSpec(method=entry["method"], method_hparams=entry["hparams"], train=train_cfg, seed=0,
@@ -313,13 +313,12 @@ def timing(params: dict, dataset: str, layout: Layout = Layout()) -> dict:
         rows.append({
             "label": entry["label"], "method": entry["method"], "centres": entry["hparams"].get("centres"),
             "seconds_per_epoch": float(np.mean(counted)),
-            "steps_per_epoch": steps_per_epoch(len(data.train_set.labels),
-                                               params["train"]["batch"]["classes"] * params["train"]["batch"]["per_class"]),
+            "steps_per_epoch": steps,
+            "seconds_per_step": float(np.mean(counted)) / steps,
             "epochs_counted": len(counted),
         })
         print(f"timing {dataset}/{cfg['noise']}: {entry['label']}: {rows[-1]['seconds_per_epoch']:.2f} s/epoch")
     for row in rows:
-        row["seconds_per_step"] = row["seconds_per_epoch"] / row["steps_per_epoch"]
         row["relative_to_first"] = row["seconds_per_epoch"] / rows[0]["seconds_per_epoch"]
     result = {"dataset": dataset, "noise": cfg["noise"], "epochs": cfg["epochs"],
               "device": str(params["train"]["device"]), "rows": rows}
@@ -347,7 +346,9 @@ def evaluate(params: dict, dataset: str, noise: str, method: str, seed: int, lay
     history = pd.read_csv(run / "history.csv")
     training = {"seconds_per_epoch": float(history["epoch_seconds"].mean())}
     # per-epoch diagnostics some methods log (PRISM: which samples its selection kept)
-    for column in ("selection_precision", "selection_recall", "kept_fraction"):
+    from noisydml.reporting.tables import SELECTION_COLUMNS
+
+    for column in SELECTION_COLUMNS:
         if column in history and history[column].notna().any():
             training[column] = [None if pd.isna(v) else float(v) for v in history[column]]
             training[f"final_{column}"] = training[column][-1]

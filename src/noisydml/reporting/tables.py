@@ -15,7 +15,7 @@ import pandas as pd
 from noisydml import io
 
 
-def collect(params: dict, layout) -> pd.DataFrame:
+def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.DataFrame:
     grid = params["grid"]
     rows = []
     for dataset, noise, method, seed in itertools.product(grid["datasets"], grid["noises"], grid["methods"], grid["seeds"]):
@@ -23,11 +23,11 @@ def collect(params: dict, layout) -> pd.DataFrame:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; run `dvc repro` to evaluate every run of the grid")
         result = io.read_json(path)
-        stats = io.read_json(layout.noisy(dataset, noise) / "stats.json")
+        setting = stats[dataset, noise]
         training = result.get("training", {})
         rows.append({
-            "dataset": dataset, "noise": noise, "noise_kind": stats["kind"],
-            "noise_rate": stats["nominal_rate"], "actual_noise_rate": stats["actual_rate"],
+            "dataset": dataset, "noise": noise, "noise_kind": setting["kind"],
+            "noise_rate": setting["nominal_rate"], "actual_noise_rate": setting["actual_rate"],
             "method": method, "seed": seed, **result["metrics"],
             "seconds_per_epoch": training.get("seconds_per_epoch"),
             **{k: training.get(k) for k in SELECTION_COLUMNS},
@@ -104,36 +104,38 @@ def _fmt_range(summary: dict) -> str:
     return f"{summary['min']:.2f} / {summary['mean']:.2f} / {summary['max']:.2f}"
 
 
-def noise_table(params: dict, layout) -> pd.DataFrame:
-    """One row per (dataset, noise setting) of the grid: what the noise did (from the corrupt stage's stats)."""
+def noise_stats(params: dict, layout) -> dict[tuple[str, str], dict]:
+    """The corrupt stage's stats.json of every (dataset, noise setting) of the grid."""
+    return {(d, n): io.read_json(layout.noisy(d, n) / "stats.json")
+            for d in params["grid"]["datasets"] for n in params["grid"]["noises"]}
+
+
+def noise_table(stats: dict[tuple[str, str], dict]) -> pd.DataFrame:
+    """One row per (dataset, noise setting): what the noise did."""
     rows = []
-    for dataset in params["grid"]["datasets"]:
-        for noise in params["grid"]["noises"]:
-            s = io.read_json(layout.noisy(dataset, noise) / "stats.json")
-            clusters = s.get("moved_clusters")
-            verified = s.get("verified")
-            rows.append({
-                "dataset": dataset, "noise": noise, "kind": s["kind"], "nominal_rate": s["nominal_rate"],
-                "actual_rate": round(s["actual_rate"], 4), "samples": s["num_samples"], "noisy": s["num_noisy"],
-                "classes_before": s["num_classes_before"], "classes_after": s["num_classes_after"],
-                "class_flip_rate (min/mean/max)": _fmt_range(s.get("flip_rate_per_class")),
-                "class_impurity (min/mean/max)": _fmt_range(s.get("impurity_per_class")),
-                "dissolved_classes": s.get("num_dissolved_classes", "-"),
-                "moved_clusters": clusters["count"] if clusters else "-",
-                "cluster_size (mean/max)": f"{clusters['mean_size']:.2f} / {clusters['max_size']}" if clusters and clusters["count"] else "-",
-                "verified_noisy/verified": f"{verified['num_verified_noisy']}/{verified['num_verified']}" if verified else "-",
-            })
+    for (dataset, noise), s in stats.items():
+        clusters = s.get("moved_clusters")
+        verified = s.get("verified")
+        rows.append({
+            "dataset": dataset, "noise": noise, "kind": s["kind"], "nominal_rate": s["nominal_rate"],
+            "actual_rate": round(s["actual_rate"], 4), "samples": s["num_samples"], "noisy": s["num_noisy"],
+            "classes_before": s["num_classes_before"], "classes_after": s["num_classes_after"],
+            "class_flip_rate (min/mean/max)": _fmt_range(s.get("flip_rate_per_class")),
+            "class_impurity (min/mean/max)": _fmt_range(s.get("impurity_per_class")),
+            "dissolved_classes": s.get("num_dissolved_classes", "-"),
+            "moved_clusters": clusters["count"] if clusters else "-",
+            "cluster_size (mean/max)": f"{clusters['mean_size']:.2f} / {clusters['max_size']}" if clusters and clusters["count"] else "-",
+            "verified_noisy/verified": f"{verified['num_verified_noisy']}/{verified['num_verified']}" if verified else "-",
+        })
     return pd.DataFrame(rows)
 
 
-def cluster_size_table(params: dict, layout) -> pd.DataFrame | None:
+def cluster_size_table(stats: dict[tuple[str, str], dict]) -> pd.DataFrame | None:
     """Moved-cluster size distribution (small-cluster noise): rows = cluster size, columns = setting."""
-    columns = {}
-    for dataset in params["grid"]["datasets"]:
-        for noise in params["grid"]["noises"]:
-            s = io.read_json(layout.noisy(dataset, noise) / "stats.json")
-            if s.get("moved_clusters", {}).get("count"):
-                columns[f"{dataset} / {noise}"] = {int(k): v for k, v in s["moved_clusters"]["size_histogram"].items()}
+    columns = {
+        f"{dataset} / {noise}": {int(k): v for k, v in s["moved_clusters"]["size_histogram"].items()}
+        for (dataset, noise), s in stats.items() if s.get("moved_clusters", {}).get("count")
+    }
     if not columns:
         return None
     table = pd.DataFrame(columns).sort_index().fillna(0).astype(int)
@@ -197,15 +199,16 @@ def write_report(params: dict, layout) -> Path:
     from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class, plot_selection
 
     out = layout.reports
-    per_seed = collect(params, layout)
+    stats = noise_stats(params, layout)
+    per_seed = collect(params, layout, stats)
     names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
     summary = summarise(per_seed, names)
-    noise = noise_table(params, layout)
+    noise = noise_table(stats)
     shown = params["report"]["metrics"]
     selection = selection_summary(per_seed)
     times = timing_table(params, layout)
 
-    clusters = cluster_size_table(params, layout)
+    clusters = cluster_size_table(stats)
     per_class = {f"{d}/{n}": pd.read_csv(layout.noisy(d, n) / "per_class.csv")
                  for d in params["grid"]["datasets"] for n in params["grid"]["noises"]}
     nominal = {f"{r.dataset}/{r.noise}": r.nominal_rate for r in noise.itertuples()}
