@@ -14,12 +14,12 @@ from noisydml.noise import NoiseInputError
 from noisydml.pipeline import Layout, TRAIN_EMBEDDINGS, check_features_fresh, corrupt
 
 
-def _prepare(layout, num_classes=16, per_class=6, is_clean=None):
+def _prepare(layout, num_classes=16, per_class=6, is_clean=None, side=8):
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(num_classes), per_class)
     # class-dependent pixels, so PCA features carry class structure
-    base = rng.integers(0, 256, size=(num_classes, 8, 8, 1))
-    images = np.clip(base[labels] + rng.integers(-20, 20, size=(len(labels), 8, 8, 1)), 0, 255).astype(np.uint8)
+    base = rng.integers(0, 256, size=(num_classes, side, side, 1))
+    images = np.clip(base[labels] + rng.integers(-20, 20, size=(len(labels), side, side, 1)), 0, 255).astype(np.uint8)
     names = [f"class{i}" for i in range(num_classes)]
     write_prepared(layout.prepared("toy"), images, labels, names, {"kind": "test"}, is_clean=is_clean)
 
@@ -163,3 +163,41 @@ def test_validation_split_holds_out_whole_classes_the_same_for_every_method(tmp_
     assert sorted(np.unique(data.train_set.labels)) == list(range(6))  # renumbered for training
     again = load_run_data("toy", "clean", layout, validation_classes=2, seed=3)
     assert np.array_equal(again.val_index, data.val_index)
+
+
+class _NoTracking:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def start(self, run_id=None):
+        return None
+
+    def log_metrics(self, *args, **kwargs):
+        pass
+
+    def log_artifact(self, *args, **kwargs):
+        pass
+
+    def end(self, *args, **kwargs):
+        pass
+
+
+def test_train_stage_with_validation_writes_embeddings_of_every_training_sample(tmp_path, raw_params, monkeypatch):
+    import noisydml.tracking
+    from noisydml.pipeline import train
+
+    monkeypatch.setattr(noisydml.tracking, "MlflowTracker", _NoTracking)
+    layout = Layout(tmp_path)
+    _prepare(layout, side=16)
+    raw = copy.deepcopy(raw_params)
+    raw["train"].update(epochs=2, eval_every=1, backbone_width=4, embedding_dim=8, validation_classes=2,
+                        model_selection="best_validation")
+    params = _params(raw)
+    corrupt(params, "toy", "clean", layout)
+    out = train(params, "toy", "clean", "ms", 0, layout)
+    info = io.read_json(out / "run.json")
+    history = pd.read_csv(out / "history.csv")
+    assert info["selected_epoch"] == 1 + int(history["val_precision_at_1"].to_numpy().argmax())
+    emb = np.load(out / TRAIN_EMBEDDINGS)
+    assert emb["embeddings"].shape == (48, 8) and np.array_equal(emb["sample_ids"], np.arange(48))
+    assert np.allclose(np.linalg.norm(emb["embeddings"], axis=1), 1.0, atol=1e-5)  # held-out rows filled too
