@@ -54,10 +54,11 @@ def test_symmetric_properties(labels, rate, seed):
     assert np.array_equal(symmetric_noise(labels, rate, seed), noisy), "deterministic by seed"
 
 
+@pytest.mark.parametrize("generator", [symmetric_noise, symmetric_per_class_noise])
 @settings(max_examples=30, deadline=None)
 @given(labels=label_sets(), seed=seeds, rates=st.lists(rates, min_size=2, max_size=4))
-def test_symmetric_noise_is_nested_across_rates(labels, seed, rates):
-    flipped = {r: symmetric_noise(labels, r, seed) != labels for r in rates}
+def test_symmetric_kinds_are_nested_across_rates(generator, labels, seed, rates):
+    flipped = {r: generator(labels, r, seed) != labels for r in rates}
     for lo in rates:
         for hi in rates:
             if lo <= hi:
@@ -77,16 +78,6 @@ def test_symmetric_per_class_flips_exactly_round_rate_n(labels, rate, seed):
     expected = np.minimum(np.maximum(np.floor(rate * sizes + 0.5), 1 if rate > 0 else 0), sizes)
     assert np.array_equal(flips, expected)
     assert np.array_equal(symmetric_per_class_noise(labels, rate, seed), noisy)
-
-
-@settings(max_examples=30, deadline=None)
-@given(labels=label_sets(), seed=seeds, rates=st.lists(rates, min_size=2, max_size=4))
-def test_symmetric_per_class_is_nested_across_rates(labels, seed, rates):
-    flipped = {r: symmetric_per_class_noise(labels, r, seed) != labels for r in rates}
-    for lo in rates:
-        for hi in rates:
-            if lo <= hi:
-                assert not np.any(flipped[lo] & ~flipped[hi])
 
 
 def test_flips_per_class_rounds_half_up_and_flips_at_least_one():
