@@ -1,7 +1,8 @@
-"""DVC stage: seconds per training epoch of the methods in params.yaml's `timing` section (timing/<dataset>.json)."""
+"""DVC stage (opt-in): seconds per training epoch of one timing.entries method (timing/<entry>.json)."""
 
-from noisydml.cli import run_grid_stage
-from noisydml.pipeline import timing
+from noisydml.cli import run_stage
+from noisydml.pipeline.timing import timing
 
 if __name__ == "__main__":
-    run_grid_stage(__doc__, ("dataset",), timing)
+    run_stage(__doc__, lambda parser: parser.add_argument("--entry", required=True),
+              lambda params, args: timing(params, args.entry))

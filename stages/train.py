@@ -4,7 +4,7 @@ A killed run resumes from its last epoch's checkpoint when started again with th
 """
 
 from noisydml.cli import run_grid_stage
-from noisydml.pipeline import train
+from noisydml.pipeline.train import train
 
 if __name__ == "__main__":
     run_grid_stage(__doc__, ("dataset", "noise", "method", "seed"), train)

@@ -20,3 +20,15 @@ def tiny_params(raw):
     raw["train"].update(epochs=1, batch={"classes": 4, "per_class": 2}, eval_every=1, backbone_width=4, embedding_dim=8)
     raw["methods"]["mcl"]["memory_size"] = 64
     return raw
+
+
+def batch_of(embeddings, labels, step=0, index=None, epoch=0, features=None):
+    """A :class:`~noisydml.methods.base.Batch` for calling ``Method.loss`` directly in tests."""
+    import torch
+
+    from noisydml.methods.base import Batch
+
+    index = torch.arange(len(labels)) if index is None else index
+    features = embeddings.detach() if features is None else features
+    return Batch(embeddings=embeddings, features=features, labels=labels, index=index, sample_id=index,
+                 step=step, epoch=epoch)

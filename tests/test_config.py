@@ -1,7 +1,8 @@
 import pytest
 
 from conftest import REPO
-from noisydml.config import ParamsError, load_params, validate_params
+from noisydml.config import ParamsError, load_params
+from noisydml.pipeline.check import validate_all as validate_params
 
 
 @pytest.mark.parametrize("anchor, method_set", [("default_methods", "default"), ("all_baselines", "all_baselines"),
@@ -17,8 +18,7 @@ def test_grid_methods_can_point_at_every_method_set(tmp_path, anchor, method_set
 def test_repository_params_are_valid():
     p = load_params("params.yaml")
     assert p["grid"]["methods"] == ["ms", "contrastive", "mcl", "proxy_anchor", "prism"]
-    assert [e["label"] for e in p["timing"]["entries"]][:3] == ["MCL", "PRISM without centres", "PRISM with centres"]
-    assert p["timing"]["entries"][1]["hparams"]["centres"] is False
+    assert p["timing"]["entries"] == {}  # opt-in
     assert set(p["method_sets"]["all_baselines"]) >= {"ms", "softtriple", "circle", "supcon", "fastap"}
     # defaults are filled in
     assert p["methods"]["proxy_anchor"]["lr_multiplier"] == 100.0
@@ -29,9 +29,15 @@ def test_repository_params_are_valid():
     [
         (lambda r: r["grid"].update(methods=["ms", "nope"]), "grid.methods[1]: unknown method 'nope'"),
         (lambda r: r["timing"].update(noise="sc75"), "timing.noise: unknown noise setting of grid.noises 'sc75'"),
-        (lambda r: r["timing"]["entries"].append({"label": "x", "method": "prism", "hparams": {"window": 0}}),
-         "timing.entries[5].hparams.window: 0 is below the minimum 1"),
-        (lambda r: r["timing"]["entries"].append({"label": "MCL", "method": "mcl"}), "'MCL' is listed twice"),
+        (lambda r: r["timing"]["entries"].update(x={"label": "x", "method": "prism", "hparams": {"window": 0}}),
+         "timing.entries.x.hparams.window: 0 is below the minimum 1"),
+        (lambda r: r["timing"]["entries"].update(a={"label": "MCL", "method": "mcl"}, b={"label": "MCL", "method": "ms"}),
+         "'MCL' is listed twice"),
+        (lambda r: r["timing"]["entries"].update(x={"label": "x", "method": "nope"}),
+         "timing.entries.x.method: unknown method 'nope'"),
+        (lambda r: r.pop("runtime"), "missing required section 'runtime'"),
+        (lambda r: r["runtime"].update(device="tpu"), "runtime.device: 'tpu' is not allowed"),
+        (lambda r: r["train"].update(backbone="vgg"), "train.backbone: unknown backbone 'vgg'"),
         (lambda r: r["methods"]["prism"].update(noise_rate=1.0), "methods.prism.noise_rate: 1.0 is above the maximum 0.99"),
         (lambda r: r["noise"]["sym50"].update(rate=1.5), "noise.sym50.rate: 1.5 is above the maximum 1.0"),
         (lambda r: r["noise"]["sym50"].update(rate=-0.1), "noise.sym50.rate: -0.1 is below the minimum 0.0"),

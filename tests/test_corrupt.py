@@ -7,11 +7,14 @@ import pandas as pd
 import pytest
 
 from noisydml import io
-from noisydml.config import ParamsError, validate_params
+from noisydml.config import ParamsError
+from noisydml.pipeline.check import validate_all as validate_params
 from noisydml.data import DatasetError
 from noisydml.data.prepared import write_prepared
 from noisydml.noise import NoiseInputError
-from noisydml.pipeline import Layout, TRAIN_EMBEDDINGS, check_features_fresh, corrupt
+from noisydml.pipeline.corrupt import corrupt
+from noisydml.pipeline.layout import TRAIN_EMBEDDINGS, Layout
+from noisydml.pipeline.rundata import check_features_fresh
 
 
 def _prepare(layout, num_classes=16, per_class=6, is_clean=None, side=8):
@@ -29,7 +32,7 @@ def _params(raw_params, **noise):
     raw["datasets"]["toy"] = {"kind": "glyphs", "num_classes": 16, "images_per_class": 6}
     raw["noise"].update(noise)
     raw["grid"].update(datasets=["toy"], noises=["clean", *noise])
-    raw["timing"]["noise"] = "clean"
+    raw["timing"].update(noise="clean", dataset="toy")
     raw["train"]["batch"] = {"classes": 2, "per_class": 2}
     return validate_params(raw)
 
@@ -145,13 +148,13 @@ def test_bad_noise_settings_are_refused_at_load_time(raw_params, setting, messag
     raw = copy.deepcopy(raw_params)
     raw["noise"]["bad"] = setting
     raw["grid"]["noises"] = ["clean", "bad"]
-    raw["timing"]["noise"] = "clean"
+    raw["timing"].update(noise="clean")
     with pytest.raises(ParamsError, match=message):
         validate_params(raw)
 
 
 def test_validation_split_holds_out_whole_classes_the_same_for_every_method(tmp_path, raw_params):
-    from noisydml.pipeline import load_run_data
+    from noisydml.pipeline.rundata import load_run_data
 
     layout = Layout(tmp_path)
     _prepare(layout)
@@ -183,10 +186,10 @@ class _NoTracking:
 
 
 def test_train_stage_with_validation_writes_embeddings_of_every_training_sample(tmp_path, raw_params, monkeypatch):
-    import noisydml.tracking
-    from noisydml.pipeline import train
+    import noisydml.pipeline.train
+    from noisydml.pipeline.train import train
 
-    monkeypatch.setattr(noisydml.tracking, "MlflowTracker", _NoTracking)
+    monkeypatch.setattr(noisydml.pipeline.train, "MlflowTracker", _NoTracking)
     layout = Layout(tmp_path)
     _prepare(layout, side=16)
     raw = copy.deepcopy(raw_params)

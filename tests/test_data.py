@@ -109,7 +109,7 @@ def test_folder_csv_missing_file(tmp_path):
 
 
 def test_folder_dataset_prepares_through_the_registry(tmp_path):
-    from noisydml.config import validate_params
+    from noisydml.pipeline.check import validate_all as validate_params
     from noisydml.data.registry import prepare_dataset
     import yaml
 
@@ -117,6 +117,7 @@ def test_folder_dataset_prepares_through_the_registry(tmp_path):
     raw = yaml.safe_load(open("params.yaml"))
     raw["datasets"]["mine"] = {"kind": "folder", "root": "imgs", "image_size": 12, "channels": 3}
     raw["grid"]["datasets"] = ["mine"]
+    raw["timing"]["dataset"] = "mine"
     raw["train"]["batch"] = {"classes": 3, "per_class": 2}
     cfg = validate_params(raw)["datasets"]["mine"]
     info = prepare_dataset("mine", cfg, tmp_path / "prepared", base_dir=tmp_path)

@@ -2,11 +2,14 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import batch_of
 from noisydml.config import load_params
 from noisydml.engine.trainer import build_optimizer
-from noisydml.methods import METHODS, MethodSetup, build_method
+from noisydml.methods import build_method, method_names
+from noisydml.methods.base import MethodSetup
+from noisydml.pipeline.check import check_all
 
-PARAMS = load_params("params.yaml")
+PARAMS = check_all(load_params("params.yaml"))
 
 
 def _setup(name, num_classes=4):
@@ -14,13 +17,13 @@ def _setup(name, num_classes=4):
     return MethodSetup(PARAMS["methods"][name], num_classes, 16, len(labels), labels, seed=0)
 
 
-@pytest.mark.parametrize("name", sorted(METHODS))
+@pytest.mark.parametrize("name", method_names())
 def test_every_method_gives_a_finite_differentiable_loss(name):
     torch.manual_seed(0)
     method = build_method(name, _setup(name))
     emb = torch.nn.functional.normalize(torch.randn(16, 16), dim=1).requires_grad_()
     labels = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3])
-    loss, logs = method.loss(emb, labels, torch.arange(16), step=0)
+    loss, logs = method.loss(batch_of(emb, labels, step=0))
     assert loss.ndim == 0 and torch.isfinite(loss)
     loss.backward()
     assert emb.grad is not None and torch.isfinite(emb.grad).all()
@@ -45,16 +48,16 @@ def test_cross_batch_memory_starts_after_its_warmup():
     assert warmup > 0
     emb = torch.nn.functional.normalize(torch.randn(8, 16), dim=1)
     labels = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
-    method.loss(emb, labels, torch.arange(8), step=warmup - 1)
+    method.loss(batch_of(emb, labels, step=warmup - 1))
     assert method.loss_fn.queue_idx == 0 and not method.loss_fn.has_been_filled
-    method.loss(emb, labels, torch.arange(8), step=warmup)
+    method.loss(batch_of(emb, labels, step=warmup))
     assert method.loss_fn.queue_idx == 8
 
 
 def test_cross_batch_memory_state_survives_a_checkpoint():
     method = build_method("mcl", _setup("mcl"))
     emb = torch.nn.functional.normalize(torch.randn(8, 16), dim=1)
-    method.loss(emb, torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]), torch.arange(8), step=10_000)  # after the warm-up
+    method.loss(batch_of(emb, torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]), step=10_000))  # after the warm-up
     state = method.state_dict()
     fresh = build_method("mcl", _setup("mcl"))
     fresh.load_state_dict(state)

@@ -9,9 +9,11 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noisydml.methods import METHODS, MethodSetup, build_method
-from noisydml.methods.base import EpochContext
-from noisydml.methods.prism import ClassCentreMemory, SlidingThreshold, clean_probability
+from conftest import batch_of
+from noisydml.engine.judge import GroundTruth, score_decisions
+from noisydml.methods import build_method, load_spec
+from noisydml.methods.base import MethodSetup
+from noisydml.methods.parts.prism_selection import ClassCentreMemory, SlidingThreshold, clean_probability
 
 
 def _centres_from_scratch(memory):
@@ -107,7 +109,7 @@ def test_rate_zero_keeps_everything():
 
 
 def _setup(name, **overrides):
-    hp = METHODS[name].check(overrides, f"methods.{name}")
+    hp = load_spec(name).check(overrides, f"methods.{name}")
     labels = np.repeat(np.arange(8), 8)
     return MethodSetup(hp, num_classes=8, embedding_dim=16, dataset_size=64, train_labels=labels, seed=0)
 
@@ -121,8 +123,8 @@ def test_prism_with_rate_zero_is_mcl():
         emb = F.normalize(torch.randn(16, 16, generator=gen), dim=1)
         labels = torch.randint(0, 8, (16,), generator=gen)
         ids = torch.arange(16)
-        a, _ = prism.loss(emb, labels, ids, step)
-        b, _ = mcl.loss(emb, labels, ids, step)
+        a, _ = prism.loss(batch_of(emb, labels, step, ids))
+        b, _ = mcl.loss(batch_of(emb, labels, step, ids))
         assert torch.allclose(a, b)
 
 
@@ -134,32 +136,38 @@ def test_prism_selects_clean_samples_and_reports_precision_recall():
     true = torch.arange(64) % 8
     noisy_mask = (torch.arange(64) // 8) % 4 == 0  # 2 of the 8 samples of every class
     labels = torch.where(noisy_mask, (true + 3) % 8, true)
-    ctx = EpochContext(epoch=0, num_epochs=1, step=0, model=None, device=torch.device("cpu"),
-                       train_labels=labels.numpy(), embed_train=None, is_noisy=noisy_mask.numpy())
-    method.on_epoch_start(ctx)
+    method.on_epoch_start(None)
     for step in range(20):
         emb = F.normalize(centres[true] * 5 + 0.3 * torch.randn(64, 16, generator=gen), dim=1)
-        _, logs = method.loss(emb.requires_grad_(), labels, torch.arange(64), step)
-        assert logs["kept_fraction"] == pytest.approx(0.75, abs=0.02) or step == 0
-    out = method.on_epoch_end(ctx)
-    assert out["selection_precision"] > 0.95
-    assert 0.85 < out["selection_recall"] <= 1.0
+        method.loss(batch_of(emb.requires_grad_(), labels, step))
+    # the method decides; the trainer's judge scores the decisions against ground truth PRISM never sees
+    scores = score_decisions(method.decisions(), GroundTruth(noisy_mask.numpy(), true.numpy(), np.ones(64, bool)))
+    assert scores["diag_kept_fraction"] == pytest.approx(0.75 * 19 / 20 + 1 / 20, abs=0.02)
+    assert scores["diag_selection_precision"] > 0.95
+    assert 0.85 < scores["diag_selection_recall"] <= 1.0
 
 
 def test_softtriple_prism_builds_and_trains_proxies():
     method = build_method("softtriple_prism", _setup("softtriple_prism", memory_size=64))
     assert method.lr_multiplier() == 100.0
     emb = F.normalize(torch.randn(16, 16), dim=1).requires_grad_()
-    loss, _ = method.loss(emb, torch.arange(16) % 8, torch.arange(16), 0)
+    loss, _ = method.loss(batch_of(emb, torch.arange(16) % 8, 0))
     loss.backward()
     assert any(p.grad is not None for p in method.parameters())
+
+
+def _kept_fraction(method):
+    d = method.decisions()
+    return float(np.nansum(d.keep * d.visits) / d.visits.sum())  # per visit
 
 
 def test_warmup_keeps_every_sample():
     method = build_method("prism", _setup("prism", noise_rate=0.5, warmup_steps=3, memory_size=64))
     emb = F.normalize(torch.randn(16, 16), dim=1)
     for step in range(3):
-        _, logs = method.loss(emb, torch.arange(16) % 8, torch.arange(16), step)
-        assert logs["kept_fraction"] == 1.0
-    _, logs = method.loss(emb, torch.arange(16) % 8, torch.arange(16), 3)
-    assert logs["kept_fraction"] <= 0.5
+        method.on_epoch_start(None)
+        method.loss(batch_of(emb, torch.arange(16) % 8, step))
+        assert _kept_fraction(method) == 1.0
+    method.on_epoch_start(None)
+    method.loss(batch_of(emb, torch.arange(16) % 8, 3))
+    assert _kept_fraction(method) <= 0.5

@@ -9,6 +9,9 @@ from noisydml.data import glyphs
 from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, epoch_batches, steps_per_epoch
 
 PARAMS = load_params("params.yaml")
+from noisydml.pipeline.check import check_all  # noqa: E402
+
+PARAMS = check_all(PARAMS)
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +31,7 @@ def _spec(method="mcl", epochs=3, **train):
 
 
 def _fit(spec, data, ckpt, **kw):
-    return Trainer(spec, *data, checkpoint_path=ckpt, progress=False, **kw).fit()
+    return Trainer(spec, *data, checkpoint_path=ckpt, runtime={**PARAMS["runtime"], "progress": False}, **kw).fit()
 
 
 def test_batches_are_p_by_k_and_seeded():
@@ -97,7 +100,7 @@ def test_best_validation_selects_on_held_out_classes_only(data, tmp_path):
 
 
 def test_best_validation_without_validation_classes_is_refused(raw_params):
-    from noisydml.config import validate_params
+    from noisydml.pipeline.check import validate_all as validate_params
 
     raw_params["train"]["model_selection"] = "best_validation"
     with pytest.raises(ParamsError, match="needs train.validation_classes > 0"):

@@ -6,8 +6,9 @@ import argparse
 import sys
 from typing import Callable
 
-from noisydml.config import ParamsError, load_params
+from noisydml.config import load_params
 from noisydml.data import DatasetError
+from noisydml.schema import ParamsError
 
 
 def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], None], body: Callable) -> None:
@@ -38,9 +39,6 @@ def check_in_grid(params: dict, **names) -> None:
         section = GRID_KEYS[key][0]
         if value not in grid[section]:
             raise ParamsError(f"--{key} {value!r} is not in grid.{section} ({grid[section]})")
-
-
-
 
 def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable) -> None:
     """A stage for one item of the grid: ``--dataset/--noise/--method/--seed`` (those in ``keys``),

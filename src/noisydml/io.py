@@ -16,6 +16,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _normal_mode(path: Path, directory: bool) -> None:
+    """mkstemp/mkdtemp create 0600 files and 0700 folders, and os.replace keeps the mode: give the temporary
+    the mode a plain open()/mkdir() would have (0644/0755 under umask 022), so a group can read outputs."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``."""
@@ -26,6 +38,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():
+            _normal_mode(tmp_path, directory=False)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -55,6 +69,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        _normal_mode(tmp, directory=True)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             if old.exists():

@@ -87,48 +87,87 @@ def ensure_experiment(name: str) -> None:
     mlflow.set_experiment(name)
 
 
+def _warn(what: str, error: Exception) -> None:
+    print(f"warning: MLflow {what} failed ({type(error).__name__}: {str(error)[:300]}); the stage goes on "
+          "without tracking (DVC outputs never depend on MLflow)")
+
+
 class MlflowTracker:
-    """Starts (or re-opens, on resume) one MLflow run and logs into it."""
+    """Starts (or re-opens, on resume) one MLflow run and logs into it.
+
+    Best effort: a missing, locked or foreign ``mlflow.db`` (runs pulled from a remote, another machine)
+    prints a warning once and the run goes on untracked; no DVC output depends on MLflow.
+    """
 
     def __init__(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]):
-        import mlflow
-
-        self.mlflow = mlflow
-        mlflow.set_tracking_uri(tracking_uri())
         self.experiment = experiment
         self.run_name = run_name
         self.params = flatten(params)
         self.tags = tags
         self.run_id: str | None = None
+        self.mlflow = None
+        try:
+            import mlflow
 
-    def start(self, run_id: str | None = None) -> str:
-        mlflow = self.mlflow
-        _retry_when_locked(lambda: ensure_experiment(self.experiment))
-        if run_id is not None:
-            run = mlflow.start_run(run_id=run_id)
-        else:
-            run = mlflow.start_run(run_name=self.run_name, tags=self.tags)
-            # MLflow caps a param value at 6000 characters; ours are short scalars and lists.
-            mlflow.log_params({k: str(v) for k, v in self.params.items()})
-        self.run_id = run.info.run_id
+            mlflow.set_tracking_uri(tracking_uri())
+            self.mlflow = mlflow
+        except Exception as e:  # noqa: BLE001 - tracking must never stop a stage
+            _warn("set-up", e)
+
+    def _call(self, what: str, fn):
+        if self.mlflow is None:
+            return None
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001
+            _warn(what, e)
+            self.mlflow = None
+            return None
+
+    def start(self, run_id: str | None = None) -> str | None:
+        def start():
+            mlflow = self.mlflow
+            _retry_when_locked(lambda: ensure_experiment(self.experiment))
+            run = None
+            if run_id is not None:
+                try:
+                    run = mlflow.start_run(run_id=run_id)
+                except Exception as e:  # noqa: BLE001 - a resumed run whose MLflow run is gone: a new one
+                    _warn(f"re-opening run {run_id}", e)
+            if run is None:
+                run = mlflow.start_run(run_name=self.run_name, tags=self.tags)
+                # MLflow caps a param value at 6000 characters; ours are short scalars and lists.
+                mlflow.log_params({k: str(v) for k, v in self.params.items()})
+            return run.info.run_id
+
+        self.run_id = self._call("start", start)
         return self.run_id
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        self.mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
+        self._call("log_metrics", lambda: self.mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step))
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        self.mlflow.log_artifact(str(path), artifact_path=artifact_path)
+        self._call("log_artifact", lambda: self.mlflow.log_artifact(str(path), artifact_path=artifact_path))
 
     def end(self, status: str = "FINISHED") -> None:
-        self.mlflow.end_run(status=status)
+        self._call("end_run", lambda: self.mlflow.end_run(status=status))
 
 
-def log_to_run(run_id: str, metrics: dict[str, float], artifacts: list[Path] = ()) -> None:
-    """Add final metrics and artifacts to a finished run (the evaluate stage)."""
-    import mlflow
+def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Path] = ()) -> bool:
+    """Add final metrics and artifacts to a finished run (the evaluate stage). Best effort: False if not logged."""
+    if not run_id:
+        print("note: no MLflow run recorded for this training run (trained elsewhere or untracked); "
+              "final metrics are not logged to MLflow")
+        return False
+    try:
+        import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri())
-    with mlflow.start_run(run_id=run_id):
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
-        for path in artifacts:
-            mlflow.log_artifact(str(path))
+        mlflow.set_tracking_uri(tracking_uri())
+        with mlflow.start_run(run_id=run_id):
+            mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+            for path in artifacts:
+                mlflow.log_artifact(str(path))
+        return True
+    except Exception as e:  # noqa: BLE001 - a missing or foreign mlflow.db must not fail the stage
+        _warn(f"logging final metrics to run {run_id}", e)
+        return False

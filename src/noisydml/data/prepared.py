@@ -108,3 +108,12 @@ class PreparedDataset:
 
     def split(self, name: str) -> pd.DataFrame:
         return self.manifest[self.manifest["split"] == name].reset_index(drop=True)
+
+
+def train_split(prepared_dir: Path):
+    """The training part of a prepared dataset, labels mapped to 0..C-1 (in class order)."""
+    ds = PreparedDataset.load(prepared_dir)
+    train = ds.split("train")
+    classes = np.sort(train["label"].unique())
+    dense = np.searchsorted(classes, train["label"].to_numpy())
+    return ds, train, dense

@@ -14,7 +14,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from noisydml.config import Field, ParamsError, check_section
+from noisydml.schema import Field, ParamsError, check_choice, check_section
 from noisydml.data.prepared import write_prepared
 
 
@@ -81,3 +81,13 @@ DATASET_KINDS: dict[str, DatasetKind] = {
 def prepare_dataset(name: str, cfg: dict, out_dir: str | Path, base_dir: str | Path = ".") -> dict:
     """Prepare dataset ``name`` (a validated params section) into ``out_dir``; return its info."""
     return DATASET_KINDS[cfg["kind"]].prepare(name, cfg, Path(out_dir), Path(base_dir))
+
+
+def check_dataset(params: dict, name: str) -> dict:
+    """Validate ``datasets.<name>`` with its kind's schema (defaults filled in), store it back, return it."""
+    body = params["datasets"][name]
+    where = f"datasets.{name}"
+    kind = check_choice(body["kind"], list(DATASET_KINDS), f"{where}.kind", "dataset kind")
+    params["datasets"][name] = {"kind": kind, **DATASET_KINDS[kind].check(
+        {k: v for k, v in body.items() if k != "kind"}, where)}
+    return params["datasets"][name]

@@ -3,19 +3,21 @@
 Batches are P classes x K samples (pytorch-metric-learning's MPerClassSampler,
 re-seeded every epoch so a resumed run draws the same batches as an
 uninterrupted one). The model is backbone + linear head + L2 normalisation;
-the method turns embeddings, labels and sample ids into a loss. After every
-epoch the trainer writes a checkpoint (model, method, optimizer, schedule,
-history, MLflow run id); a run started again with the same configuration
-continues from it, so killing ``dvc repro`` loses at most one epoch.
+the method (:mod:`noisydml.methods.base`) turns a :class:`~noisydml.methods.base.Batch`
+into a loss. After every epoch the trainer scores the method's decisions
+against ground truth the method never sees (:mod:`noisydml.engine.judge`) and
+writes a checkpoint (model, method, optimizer, schedule, history, MLflow run
+id); a run started again with the same configuration *and code* continues from
+it, so killing ``dvc repro`` loses at most one epoch.
 
 Test-set metrics logged during training are monitoring for the curves only:
-the reported model is always the last epoch's, never the best on the test set.
+the reported model is the last epoch's, or the best on held-out *training*
+classes, never the best on the test set.
 """
 
 from __future__ import annotations
 
 import copy
-
 import hashlib
 import json
 import math
@@ -30,23 +32,37 @@ from pytorch_metric_learning.samplers import MPerClassSampler
 from pytorch_metric_learning.utils import common_functions as pml_common
 from tqdm import tqdm
 
-from noisydml import io
-from noisydml.config import ParamsError
+from noisydml import io, neighbours
+from noisydml.engine.judge import GroundTruth, score_decisions
 from noisydml.evaluation.retrieval import retrieval_metrics
-from noisydml.methods import EpochContext, MethodSetup, build_method
+from noisydml.methods import build_method
+from noisydml.methods.base import Batch, EpochContext, MethodSetup
 from noisydml.models import build_model
+from noisydml.schema import ParamsError
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 MONITOR_METRICS = ("precision_at_1", "mean_average_precision_at_r")
+#: How a run executes when the caller gives no ``runtime`` section (tests, benchmarks).
+DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "workers": 0, "progress": True, "deterministic": False}
+
+
+def code_fingerprint() -> str:
+    """sha256 of every source file of the noisydml package: a checkpoint of other code is not resumed."""
+    import noisydml
+
+    root = Path(noisydml.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 @dataclass
 class ImageSet:
-    """Images (N, H, W, C) uint8 and labels, in sample-id order."""
+    """Images (N, H, W, C) uint8 and labels, in row order."""
 
     images: np.ndarray
     labels: np.ndarray
-    is_noisy: np.ndarray | None = None
 
     def __post_init__(self):
         if len(self.images) != len(self.labels):
@@ -60,7 +76,7 @@ class ImageSet:
 
 @dataclass
 class RunSpec:
-    """Everything that defines one training run (its fingerprint is taken from this)."""
+    """Everything that defines one training run (its fingerprint is taken from this and the code)."""
 
     method: str
     method_hparams: dict[str, Any]
@@ -68,6 +84,8 @@ class RunSpec:
     seed: int
     data_fingerprint: str
     evaluate: dict[str, Any] = field(default_factory=dict)
+    #: Fingerprints of upstream runs this one takes labels, weights or inputs from (run chaining).
+    upstream: dict[str, str] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         blob = json.dumps(
@@ -77,6 +95,7 @@ class RunSpec:
                 "train": self.train,
                 "seed": self.seed,
                 "data": self.data_fingerprint,
+                "upstream": self.upstream,
                 "version": CHECKPOINT_VERSION,
             },
             sort_keys=True,
@@ -100,11 +119,28 @@ class NullTracker:
 
 
 def pick_device(name: str) -> torch.device:
+    """``runtime.device``: ``cuda`` must exist; ``auto`` says when it falls back to the CPU."""
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device is 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
+        raise RuntimeError("runtime.device is 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        print("runtime.device auto: no CUDA device here, training on the CPU")
+        return torch.device("cpu")
     return torch.device(name)
+
+
+def describe_device(device: torch.device) -> dict[str, Any]:
+    """The resolved device and library versions, for run.json."""
+    import faiss
+    import pytorch_metric_learning
+
+    out: dict[str, Any] = {"device": str(device), "torch": torch.__version__,
+                           "pytorch_metric_learning": pytorch_metric_learning.__version__,
+                           "faiss": getattr(faiss, "__version__", "unknown")}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
 
 
 def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[int], float]:
@@ -125,11 +161,10 @@ def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[in
     return factor
 
 
-def build_optimizer(model: torch.nn.Module, method: torch.nn.Module, opt_cfg: dict) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, method, opt_cfg: dict) -> torch.optim.Optimizer:
+    """One group for the model at the base lr; the method's own groups (:meth:`Method.param_groups`)."""
     groups = [{"params": list(model.parameters()), "lr": opt_cfg["lr"]}]
-    method_params = [p for p in method.parameters() if p.requires_grad]
-    if method_params:
-        groups.append({"params": method_params, "lr": opt_cfg["lr"] * method.lr_multiplier()})
+    groups += method.param_groups(opt_cfg["lr"], opt_cfg["weight_decay"])
     name, wd = opt_cfg["name"], opt_cfg["weight_decay"]
     if name == "adam":
         return torch.optim.Adam(groups, lr=opt_cfg["lr"], weight_decay=wd)
@@ -165,18 +200,28 @@ def epoch_batches(labels: np.ndarray, per_class: int, batch_size: int, seed: int
 
 
 @torch.no_grad()
-def embed(model: torch.nn.Module, images: torch.Tensor, device: torch.device, batch_size: int = 512) -> torch.Tensor:
+def embed(model: torch.nn.Module, images: torch.Tensor, device: torch.device, batch_size: int = 512,
+          features: bool = False):
+    """Embeddings (and with ``features`` the backbone features) of ``images``, eval mode, on the CPU."""
     was_training = model.training
     model.eval()
-    out = [model(images[i : i + batch_size].to(device)).cpu() for i in range(0, len(images), batch_size)]
+    embs, feats = [], []
+    for i in range(0, len(images), batch_size):
+        e, f = model.forward_with_features(images[i : i + batch_size].to(device))
+        embs.append(e.cpu())
+        feats.append(f.cpu())
     model.train(was_training)
-    return torch.cat(out) if out else torch.empty(0)
+    emb = torch.cat(embs) if embs else torch.empty(0)
+    if not features:
+        return emb
+    return emb, (torch.cat(feats) if feats else torch.empty(0))
 
 
 @dataclass
 class TrainResult:
     model: torch.nn.Module
     method: torch.nn.Module
+    #: One row per epoch: loss, lr, method logs, diag_* scores, monitoring metrics (nothing volatile).
     history: list[dict[str, float]]
     test_embeddings: torch.Tensor
     #: The final model's embeddings of the training images (features for small-cluster noise, SGPS cleaning).
@@ -186,6 +231,11 @@ class TrainResult:
     #: The epoch whose model is returned: the last, or the best on the validation classes.
     selected_epoch: int | None = None
     val_embeddings: torch.Tensor | None = None
+    #: Wall seconds of every epoch (volatile: kept out of the run's hashed outputs).
+    epoch_seconds: list[float] = field(default_factory=list)
+    #: The method's per-row exports (:meth:`Method.export`).
+    exports: dict[str, np.ndarray] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)
 
 
 class Trainer:
@@ -199,8 +249,13 @@ class Trainer:
         checkpoint_path: str | Path,
         tracker=None,
         stop_after_epoch: int | None = None,
-        progress: bool = True,
+        runtime: dict | None = None,
         val_set: ImageSet | None = None,
+        truth: GroundTruth | None = None,
+        sample_ids: np.ndarray | None = None,
+        inputs: dict[str, np.ndarray] | None = None,
+        init_state: dict | None = None,
+        progress: bool | None = None,
     ):
         self.spec = spec
         self.train_set = train_set
@@ -211,7 +266,17 @@ class Trainer:
         self.tracker = tracker or NullTracker()
         # For tests of resume: raise after this epoch's checkpoint, as a kill would.
         self.stop_after_epoch = stop_after_epoch
-        self.progress = progress
+        self.runtime = {**DEFAULT_RUNTIME, **(runtime or {})}
+        if progress is not None:
+            self.runtime["progress"] = progress
+        #: Ground truth of the training rows: scores the method's decisions, never shown to the method.
+        self.truth = truth
+        n = len(train_set.labels)
+        self.sample_ids = np.arange(n) if sample_ids is None else np.asarray(sample_ids)
+        self.inputs = inputs or {}
+        #: ``{"model": state_dict, "method": state_dict}`` from an upstream run, loaded before epoch 0
+        #: (never on resume: the checkpoint has the run's own state).
+        self.init_state = init_state
 
     def _check_batch(self, labels: np.ndarray) -> None:
         cfg = self.spec.train["batch"]
@@ -223,10 +288,12 @@ class Trainer:
             )
 
     def fit(self) -> TrainResult:
-        cfg = self.spec.train
-        if cfg["threads"]:
-            torch.set_num_threads(cfg["threads"])
-        device = pick_device(cfg["device"])
+        cfg, runtime = self.spec.train, self.runtime
+        if runtime["threads"]:
+            torch.set_num_threads(runtime["threads"])
+        if runtime["deterministic"]:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        device = pick_device(runtime["device"])
         labels = np.asarray(self.train_set.labels, dtype=np.int64)
         self._check_batch(labels)
         num_classes = int(labels.max()) + 1
@@ -236,9 +303,10 @@ class Trainer:
         train_x = self.train_set.tensor()
         test_x = self.test_set.tensor()
         val_x = self.val_set.tensor() if self.val_set is not None else None
-        select_best = cfg.get("model_selection", "last") == "best_validation"
+        select_best = cfg["model_selection"] == "best_validation"
         if select_best and val_x is None:
-            raise ParamsError("train.model_selection: 'best_validation' needs train.validation_classes > 0")
+            raise ParamsError("train.model_selection: 'best_validation' needs held-out validation classes, and "
+                              "this trainer was given none (train.validation_classes held out no data here)")
         best: dict | None = None  # {"epoch", "score", "model", "method"} of the best validation epoch
         model = build_model(cfg, in_channels=train_x.shape[1]).to(device)
         method = build_method(
@@ -250,55 +318,89 @@ class Trainer:
                 dataset_size=len(labels),
                 train_labels=labels,
                 seed=self.spec.seed,
+                feature_dim=int(getattr(model.backbone, "out_dim", 0)),
+                sample_ids=self.sample_ids,
+                inputs=self.inputs,
             ),
         ).to(device)
+        if self.init_state is not None:
+            model.load_state_dict(self.init_state["model"])
+            if self.init_state.get("method") is not None:
+                method.load_state_dict(self.init_state["method"])
         optimizer = build_optimizer(model, method, cfg["optimizer"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_factor(cfg["schedule"], cfg["epochs"], steps_per_epoch(len(labels), batch_size))
         )
 
         fingerprint = self.spec.fingerprint()
+        code = code_fingerprint()
         history: list[dict[str, float]] = []
+        seconds: list[float] = []
         start_epoch, step, run_id, resumed_from = 0, 0, None, None
         if self.checkpoint_path.is_file():
             state = torch.load(self.checkpoint_path, map_location=device, weights_only=False)
-            if state.get("fingerprint") == fingerprint:
+            if state.get("fingerprint") == fingerprint and state.get("code") == code:
                 model.load_state_dict(state["model"])
                 method.load_state_dict(state["method"])
                 optimizer.load_state_dict(state["optimizer"])
                 scheduler.load_state_dict(state["scheduler"])
                 history, step, run_id = state["history"], state["step"], state.get("run_id")
+                seconds = state.get("epoch_seconds", [])
                 best = state.get("best")
                 start_epoch = resumed_from = state["epoch"] + 1
                 print(f"resuming from {self.checkpoint_path} after epoch {start_epoch} of {cfg['epochs']}")
             else:
-                print(
-                    f"ignoring checkpoint {self.checkpoint_path}: it belongs to a different configuration "
-                    "(params, data or code version changed); training from scratch"
-                )
+                what = "params or data" if state.get("fingerprint") != fingerprint else "the code"
+                print(f"ignoring checkpoint {self.checkpoint_path}: it belongs to a different configuration "
+                      f"({what} changed since); training from scratch")
         run_id = self.tracker.start(run_id)
 
         labels_t = torch.as_tensor(labels.copy())
-        is_noisy = self.train_set.is_noisy
-        ctx_kwargs = dict(
-            num_epochs=cfg["epochs"], model=model, device=device, train_labels=labels,
-            embed_train=lambda: embed(model, train_x, device), is_noisy=is_noisy,
-        )
+        ids_t = torch.as_tensor(self.sample_ids.copy())
+        embedded: dict[str, Any] = {}
+
+        def embed_train(features: bool = False):
+            # cached per (step, features): two hooks of one step share one pass over the training set
+            key = (step, features)
+            if embedded.get("key") != key:
+                embedded.update(key=key, value=embed(model, train_x, device, features=features))
+            return embedded["value"]
+
+        use_gpu = device.type == "cuda"
+
+        def context(epoch: int) -> EpochContext:
+            return EpochContext(
+                epoch=epoch, num_epochs=cfg["epochs"], step=step, model=model, device=device, train_labels=labels,
+                sample_ids=self.sample_ids, embed_train=embed_train,
+                knn=lambda q, k, gallery=None: neighbours.knn(q, k, gallery, use_gpu=use_gpu),
+                similarity_blocks=neighbours.similarity_blocks, inputs=self.inputs,
+            )
+
+        method.on_train_start(context(start_epoch), restored=resumed_from is not None)
         for epoch in range(start_epoch, cfg["epochs"]):
             t0 = time.perf_counter()
             torch.manual_seed(_epoch_seed(self.spec.seed, epoch))
             row: dict[str, float] = {"epoch": epoch + 1}
-            row.update(method.on_epoch_start(EpochContext(epoch=epoch, step=step, **ctx_kwargs)))
+            trainable = method.trainable(epoch)
+            for name, module in model.named_children():
+                module.requires_grad_(name not in trainable.frozen)
+            row.update(method.on_epoch_start(context(epoch)))
             model.train()
             method.train()
+            if trainable.freeze_batchnorm:
+                for module in model.backbone.modules():
+                    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                        module.eval()
             batches = epoch_batches(labels, cfg["batch"]["per_class"], batch_size, self.spec.seed, epoch)
             loss_sum, logs_sum = 0.0, {}
             bar = tqdm(batches, desc=f"{self.spec.method} epoch {epoch + 1}/{cfg['epochs']}", unit="step",
-                       disable=not self.progress, leave=False, mininterval=1.0)
+                       disable=not runtime["progress"], leave=False, mininterval=1.0)
             for idx in bar:
-                ids = torch.from_numpy(idx)
-                emb = model(train_x[ids].to(device))
-                loss, logs = method.loss(emb, labels_t[ids].to(device), ids.to(device), step)
+                index = torch.from_numpy(idx)
+                emb, feats = model.forward_with_features(train_x[index].to(device))
+                batch = Batch(embeddings=emb, features=feats, labels=labels_t[index].to(device),
+                              index=index.to(device), sample_id=ids_t[index].to(device), step=step, epoch=epoch)
+                loss, logs = method.loss(batch)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(
                         f"{self.spec.method}: loss is {loss.item()} at epoch {epoch + 1}, step {step}; "
@@ -309,6 +411,7 @@ class Trainer:
                 optimizer.step()
                 scheduler.step()
                 step += 1
+                method.on_step_end(context(epoch), batch)
                 loss_sum += loss.item()
                 for k, v in logs.items():
                     logs_sum[k] = logs_sum.get(k, 0.0) + float(v)
@@ -316,8 +419,10 @@ class Trainer:
             row["loss"] = loss_sum / len(batches)
             row.update({k: v / len(batches) for k, v in logs_sum.items()})
             row["lr"] = optimizer.param_groups[0]["lr"]
-            row.update(method.on_epoch_end(EpochContext(epoch=epoch, step=step, **ctx_kwargs)))
-            row["epoch_seconds"] = time.perf_counter() - t0
+            row.update(method.on_epoch_end(context(epoch)))
+            if self.truth is not None:
+                row.update(score_decisions(method.decisions(), self.truth))
+            seconds.append(time.perf_counter() - t0)
             last = epoch + 1 == cfg["epochs"]
             if last or (cfg["eval_every"] and (epoch + 1) % cfg["eval_every"] == 0):
                 if val_x is not None:
@@ -336,10 +441,13 @@ class Trainer:
                 )
                 row.update({f"test_{k}": v for k, v in monitor.items()})
             history.append(row)
-            self.tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch + 1)
-            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+            self.tracker.log_metrics({**{k: v for k, v in row.items() if k != "epoch"},
+                                      "epoch_seconds": seconds[-1]}, step=epoch + 1)
+            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+                  + f" epoch_seconds={seconds[-1]:.1f}")
             state = {
-                "fingerprint": fingerprint, "epoch": epoch, "step": step, "history": history, "run_id": run_id,
+                "fingerprint": fingerprint, "code": code, "epoch": epoch, "step": step, "history": history,
+                "run_id": run_id, "epoch_seconds": seconds,
                 "model": model.state_dict(), "method": method.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "best": best,
             }
@@ -356,5 +464,11 @@ class Trainer:
         test_emb = embed(model, test_x, device)
         train_emb = embed(model, train_x, device)
         val_emb = embed(model, val_x, device) if val_x is not None else None
+        exports = {k: np.asarray(v) for k, v in method.export(context(cfg["epochs"])).items()}
+        for name, values in exports.items():
+            if len(values) != len(labels):
+                raise ValueError(f"{self.spec.method}.export(): {name!r} has {len(values)} values for "
+                                 f"{len(labels)} training rows")
         return TrainResult(model, method, history, test_emb, train_emb, resumed_from, run_id,
-                           selected_epoch=selected_epoch, val_embeddings=val_emb)
+                           selected_epoch=selected_epoch, val_embeddings=val_emb, epoch_seconds=seconds,
+                           exports=exports, device=describe_device(device))

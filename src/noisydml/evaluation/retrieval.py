@@ -18,12 +18,9 @@ import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from pytorch_metric_learning.utils.inference import FaissKMeans, FaissKNN
 
+from noisydml.evaluation import metric_names
+
 KNN_METRICS = ("precision_at_1", "mean_average_precision_at_r", "r_precision")
-
-
-def metric_names(recall_at) -> list[str]:
-    """Names of every metric :func:`retrieval_metrics` returns, in report order."""
-    return ["precision_at_1", *[f"recall_at_{k}" for k in recall_at], "mean_average_precision_at_r", "r_precision", "nmi"]
 
 
 class RetrievalCalculator(AccuracyCalculator):
@@ -50,6 +47,18 @@ class RetrievalCalculator(AccuracyCalculator):
         return super().requires_knn() + [f"recall_at_{k}" for k in self.recall_at]
 
 
+def neighbours_used(labels, recall_at=(), max_k: int = 1023) -> tuple[int, bool]:
+    """``(k, exact)``: neighbours retrieved per query, and whether MAP@R / R-Precision are exact.
+
+    MAP@R and R-Precision need R = (the query's class size - 1) neighbours; with ``max_k`` below the largest
+    class - 1 pytorch-metric-learning divides by the full R while only k neighbours exist, so they are
+    underestimates for the large classes. The metrics JSON and the report flag that (``map_at_r_exact``).
+    """
+    largest_class = int(np.bincount(np.asarray(labels, dtype=np.int64)).max())
+    k = max(1, min(max_k, max(largest_class - 1, max(recall_at, default=1))))
+    return k, k >= largest_class - 1
+
+
 def retrieval_metrics(
     embeddings, labels, recall_at=(1, 2, 4, 8), max_k: int = 1023, nmi: bool = True, seed: int = 0,
     include: tuple[str, ...] | None = None,
@@ -64,7 +73,7 @@ def retrieval_metrics(
     if len(emb) != len(lab):
         raise ValueError(f"{len(emb)} embeddings but {len(lab)} labels")
     largest_class = int(torch.bincount(lab).max())
-    k = max(1, min(max_k, max(largest_class - 1, max(recall_at, default=1))))
+    k, _ = neighbours_used(lab.numpy(), recall_at, max_k)
     # With the query in the gallery, "max_bin_count" means largest class - 1 neighbours; naming it
     # that way keeps the library from warning that an equal integer k is too small.
     k_arg = "max_bin_count" if k == largest_class - 1 else k

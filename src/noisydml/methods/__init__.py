@@ -1,20 +1,50 @@
-"""The method registry: names in params.yaml -> how to build the method.
+"""The method catalog: a method is a module ``noisydml/methods/<name>.py`` with a ``SPEC``.
 
-To add a method, subclass :class:`noisydml.methods.base.Method`, give it a
-``schema`` of hyper-parameters, and add a :class:`MethodSpec` here. The
-trainer, stages and dvc.yaml need no change.
+The catalog lists method names from the files in this folder, without importing
+them, and imports only the module of the method a stage asks for. So a train
+stage depends on its own method's file (plus ``base.py`` and the shared
+building blocks in ``parts/``), and adding a method file re-runs no other
+method's stages.
+
+To add a method: write ``methods/<name>.py`` defining ``SPEC = MethodSpec(...)``
+(subclass :class:`noisydml.methods.base.Method`), add ``methods.<name>`` with
+its hyper-parameters to params.yaml, and the name to a grid.
 """
 
-from noisydml.methods.base import EpochContext, Method, MethodSetup, MethodSpec
-from noisydml.methods.baselines import BASELINES, baseline_spec
-from noisydml.methods.prism import PRISM_METHODS
+from __future__ import annotations
 
-METHODS: dict[str, MethodSpec] = {name: baseline_spec(b) for name, b in BASELINES.items()}
-METHODS.update(PRISM_METHODS)
+import importlib
+from pathlib import Path
+
+from noisydml.schema import ParamsError
+
+#: Modules of this package that are not methods.
+_NOT_METHODS = {"__init__", "base"}
 
 
-def build_method(name: str, setup: MethodSetup) -> Method:
-    return METHODS[name].build(setup)
+def method_names() -> list[str]:
+    """Every method of the catalog: the ``*.py`` files of this folder, sorted."""
+    return sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in _NOT_METHODS)
 
 
-__all__ = ["METHODS", "build_method", "EpochContext", "Method", "MethodSetup", "MethodSpec"]
+def load_spec(name: str):
+    """The :class:`~noisydml.methods.base.MethodSpec` of method ``name`` (imports its module only)."""
+    names = method_names()
+    if name not in names:
+        raise ParamsError(f"unknown method {name!r}; allowed: {', '.join(names)}")
+    module = importlib.import_module(f"noisydml.methods.{name}")
+    spec = getattr(module, "SPEC", None)
+    if spec is None:
+        raise ParamsError(f"noisydml/methods/{name}.py defines no SPEC (a MethodSpec)")
+    return spec
+
+
+def check_method(params: dict, name: str, where: str | None = None) -> dict:
+    """Validate ``methods.<name>`` of params (defaults filled in) and store it back; return it."""
+    spec = load_spec(name)
+    params["methods"][name] = spec.check(params["methods"].get(name), where or f"methods.{name}")
+    return params["methods"][name]
+
+
+def build_method(name: str, setup):
+    return load_spec(name).build(setup)

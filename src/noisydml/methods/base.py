@@ -1,28 +1,60 @@
-"""The method interface: one trainer, many methods.
+"""The method interface (v2): one trainer, many methods.
 
-A method turns a batch's embeddings, (noisy) labels and sample ids into a loss
-and a dict of numbers to log. It is an ``nn.Module``, so whatever it owns --
-proxies, heads, memory banks registered as buffers -- is checkpointed with the
-model and its trainable parameters join the optimizer (with the method's own
-learning-rate multiplier). Non-tensor state goes through
-``get_extra_state``/``set_extra_state`` and is checkpointed too.
+A method is an ``nn.Module`` that turns a :class:`Batch` into a loss and a dict
+of numbers to log. What it owns -- proxies, heads, memory banks registered as
+buffers -- is checkpointed with the model, and its trainable parameters join
+the optimizer through :meth:`Method.param_groups`. Non-tensor state goes
+through ``get_extra_state``/``set_extra_state`` and is checkpointed too.
 
-Epoch-level work (weight solvers, subgrouping, phase switches) goes in
-:meth:`Method.on_epoch_start` / :meth:`Method.on_epoch_end`, which receive an
-:class:`EpochContext` with the model, the training data and a helper that
-embeds the whole training set. Adding a method never touches the trainer.
+Hooks, in the order the trainer calls them::
+
+    on_train_start(ctx, restored)      once, after a checkpoint (if any) is loaded
+    for every epoch:
+        trainable(epoch)               which model parts are frozen this epoch
+        on_epoch_start(ctx)
+        for every batch: loss(batch); optimizer.step(); on_step_end(ctx, batch)
+        on_epoch_end(ctx)
+        decisions()                    per-sample decisions the trainer scores
+    export(ctx)                        per-sample arrays written into the run folder
+
+**Ground truth never reaches a method.** A method exposes its decisions
+(:class:`Decisions`: keep masks, weights, pseudo-labels, confidences); the
+trainer scores them against the corrupt stage's ground truth and logs the
+scores as ``diag_*``. Nothing a method receives says which labels are wrong.
+
+Adding a method never touches the trainer: write ``methods/<name>.py`` with a
+module-level ``SPEC = MethodSpec(...)`` and add ``methods.<name>`` to
+params.yaml.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from noisydml.config import Field, check_section
+from noisydml.schema import Field, check_section
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One training batch, as a method sees it."""
+
+    embeddings: torch.Tensor  # (B, D) L2-normalised head output
+    features: torch.Tensor    # (B, F) backbone output before the head
+    labels: torch.Tensor      # the labels this run trains on (noisy), 0..num_classes-1
+    index: torch.Tensor       # row in this run's training table, 0..dataset_size-1 (for per-sample buffers)
+    sample_id: torch.Tensor   # the manifest's global sample id (for exports)
+    step: int                 # optimisation steps done before this batch
+    epoch: int                # 0-based
+
+    def subset(self, mask: torch.Tensor) -> "Batch":
+        """The batch restricted to ``mask`` (a bool mask or index tensor over its rows)."""
+        return replace(self, embeddings=self.embeddings[mask], features=self.features[mask],
+                       labels=self.labels[mask], index=self.index[mask], sample_id=self.sample_id[mask])
 
 
 @dataclass
@@ -30,27 +62,74 @@ class MethodSetup:
     """What a method knows when it is built."""
 
     hparams: dict[str, Any]
-    num_classes: int  # classes of the (noisy) training labels, labelled 0..num_classes-1
+    num_classes: int  # classes of the training labels, labelled 0..num_classes-1
     embedding_dim: int
-    dataset_size: int  # training samples; sample ids are 0..dataset_size-1
-    train_labels: np.ndarray  # the noisy training labels, indexed by sample id
+    dataset_size: int  # rows of the training table; Batch.index is 0..dataset_size-1
+    train_labels: np.ndarray  # the training labels, by row
     seed: int
+    feature_dim: int = 0  # width of Batch.features (the backbone's output)
+    sample_ids: np.ndarray | None = None  # manifest id of every row
+    #: Arrays exported by upstream runs (run chaining: ``inputs``), by name, one value per row.
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class Trainable:
+    """Which parts of the model train this epoch (a method's :meth:`Method.trainable`)."""
+
+    #: Top-level submodules of the model to freeze (``"backbone"``, ``"head"``).
+    frozen: tuple[str, ...] = ()
+    #: Keep the backbone's batch-norm layers in eval mode (running statistics frozen).
+    freeze_batchnorm: bool = False
 
 
 @dataclass
 class EpochContext:
-    """What a method sees between epochs."""
+    """What a method sees in its hooks."""
 
     epoch: int  # 0-based
     num_epochs: int
     step: int  # optimisation steps done so far
     model: nn.Module
     device: torch.device
-    train_labels: np.ndarray  # noisy labels by sample id
-    #: Embeds every training sample in sample-id order, without augmentation, in eval mode.
-    embed_train: Callable[[], torch.Tensor]
-    #: Ground truth from the corrupt stage, for diagnostics only (never for training decisions).
-    is_noisy: np.ndarray | None = None
+    train_labels: np.ndarray  # the training labels, by row
+    sample_ids: np.ndarray    # manifest ids, by row
+    #: ``embed_train()`` -> (N, D) embeddings of every row, eval mode, cached per step (two hooks of one
+    #: step share one pass); ``embed_train(features=True)`` -> (embeddings, backbone features).
+    embed_train: Callable[..., Any]
+    #: ``knn(queries, k, gallery=None)`` -> (similarities, indices) by inner product on faiss (exact; GPU
+    #: when available); the gallery defaults to the queries, and then each query's own row is excluded.
+    knn: Callable[..., tuple[np.ndarray, np.ndarray]]
+    #: ``similarity_blocks(queries, gallery, rows)`` yields (start, block) with ``block`` of ``rows`` x len(gallery):
+    #: a dataset-sized similarity matrix is never built whole.
+    similarity_blocks: Callable[..., Any]
+    #: Arrays exported by upstream runs (run chaining: ``inputs``), by name, one value per row.
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class Decisions:
+    """Per-sample decisions a method wants judged, each an array over the training rows (or None).
+
+    The trainer scores them against ground truth it never shows the method:
+
+    - ``keep``: share of the sample's visits this epoch in which it was kept (1.0/0.0 for a single
+      decision; NaN = no decision). ``visits`` (optional) weights the samples by how often they were
+      seen, so per-batch selections are scored per visit. -> ``diag_selection_precision`` (kept that are
+      truly clean), ``diag_selection_recall`` (truly clean that are kept), ``diag_kept_fraction``.
+    - ``weights``: per-sample loss weights -> ``diag_weight_clean`` / ``diag_weight_noisy`` (means).
+    - ``pseudo_labels``: labels in the training-label ids (-1 = none) -> ``diag_pseudo_label_accuracy``.
+    - ``confidence``: per-sample clean confidences -> ``diag_confidence_clean`` / ``diag_confidence_noisy``.
+    """
+
+    keep: np.ndarray | None = None
+    visits: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    pseudo_labels: np.ndarray | None = None
+    confidence: np.ndarray | None = None
+
+    def present(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
 
 
 class Method(nn.Module):
@@ -64,24 +143,51 @@ class Method(nn.Module):
         self.setup = setup
         self.hparams = setup.hparams
 
-    def loss(
-        self, embeddings: torch.Tensor, labels: torch.Tensor, sample_ids: torch.Tensor, step: int
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ hooks (all optional)
+
+    def on_train_start(self, ctx: EpochContext, restored: bool) -> None:
+        """Once per process, before the first epoch it trains. ``restored``: state came from a checkpoint
+        (a bank built here at epoch 0 must not be rebuilt on resume)."""
 
     def on_epoch_start(self, ctx: EpochContext) -> dict[str, float]:
         return {}
 
+    def on_step_end(self, ctx: EpochContext, batch: Batch) -> None:
+        """After ``optimizer.step()`` (momentum encoders, feature banks of the updated model)."""
+
     def on_epoch_end(self, ctx: EpochContext) -> dict[str, float]:
         return {}
+
+    def decisions(self) -> Decisions | None:
+        """What this method decided about the training samples this epoch (see :class:`Decisions`)."""
+        return None
+
+    def export(self, ctx: EpochContext) -> dict[str, np.ndarray]:
+        """Named per-row arrays to write into the run folder (``exports.npz``, keyed by sample id)."""
+        return {}
+
+    # ------------------------------------------------------------------ optimisation
 
     def lr_multiplier(self) -> float:
         return float(self.hparams.get("lr_multiplier", 1.0))
 
+    def param_groups(self, base_lr: float, weight_decay: float) -> list[dict[str, Any]]:
+        """Optimizer groups of this method's own parameters (default: one group at ``lr_multiplier`` x lr,
+        the optimizer's weight decay)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        return [{"params": params, "lr": base_lr * self.lr_multiplier()}] if params else []
+
+    def trainable(self, epoch: int) -> Trainable:
+        """Which parts of the model train in ``epoch`` (default: all of it)."""
+        return Trainable()
+
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A registry entry: how to build a method and which hyper-parameters it takes."""
+    """What a method module registers: how to build the method and which hyper-parameters it takes."""
 
     build: Callable[[MethodSetup], Method]
     schema: dict[str, Field]

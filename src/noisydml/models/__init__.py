@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from noisydml.schema import check_choice
+
 
 class SmallCNN(nn.Module):
     """Four 3x3 conv blocks (width, 2w, 4w, 4w channels), each BN + ReLU + 2x2 max-pool, then global average pooling."""
@@ -79,7 +81,17 @@ class EmbeddingNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.head(self.backbone(x)), dim=1)
 
+    def forward_with_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(L2-normalised embeddings, backbone features)`` of one forward pass."""
+        features = self.backbone(x)
+        return F.normalize(self.head(features), dim=1), features
+
 
 def build_model(train_cfg: dict, in_channels: int) -> EmbeddingNet:
     backbone = BACKBONES[train_cfg["backbone"]](in_channels, train_cfg)
     return EmbeddingNet(backbone, train_cfg["embedding_dim"])
+
+
+def check_backbone(train_cfg: dict) -> None:
+    """``train.backbone`` must be one of :data:`BACKBONES`."""
+    check_choice(train_cfg["backbone"], list(BACKBONES), "train.backbone", "backbone")

@@ -27,11 +27,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from noisydml.config import Field, ParamsError, check_section
+from noisydml.schema import Field, ParamsError, check_choice, check_section
 from noisydml.noise.small_cluster import NoiseInputError, dissolved_classes, small_cluster_noise
 from noisydml.noise.symmetric import symmetric_noise, symmetric_per_class_noise
 
-__all__ = ["NOISE_KINDS", "NoiseInputError", "NoiseInputs", "corrupt_labels", "nominal_rate"]
+__all__ = ["NOISE_KINDS", "check_noise", "NoiseInputError", "NoiseInputs", "corrupt_labels", "nominal_rate"]
 
 
 @dataclass
@@ -225,3 +225,44 @@ def corrupt_labels(sample_ids: np.ndarray, true_labels: np.ndarray, cfg: dict,
     stats = noise_stats(cfg, per_class, is_noisy, nominal_rate(cfg))
     stats.update(outcome.extra_stats)
     return table, per_class, stats
+
+
+def check_noise(params: dict, name: str) -> dict:
+    """Validate ``noise.<name>`` with its kind's schema (defaults filled in), store it back, return it."""
+    body = params["noise"][name]
+    where = f"noise.{name}"
+    kind = check_choice(body["kind"], list(NOISE_KINDS), f"{where}.kind", "noise kind")
+    params["noise"][name] = {"kind": kind, **NOISE_KINDS[kind].check(
+        {k: v for k, v in body.items() if k != "kind"}, where)}
+    check_feature_run(params, name)
+    return params["noise"][name]
+
+
+def check_feature_run(p: dict, name: str) -> None:
+    """Noise whose features are a run's embeddings: the run must be one the grid trains, on other noise."""
+    grid = p["grid"]
+    cfg = p["noise"][name]
+    feats = cfg.get("features") if isinstance(cfg.get("features"), dict) else None
+    if feats and feats.get("source") == "run":
+        where = f"noise.{name}.features"
+        source = feats.get("noise")
+        check_choice(source, list(p["noise"]), f"{where}.noise", "noise setting")
+        check_choice(feats.get("method"), list(p["methods"]), f"{where}.method", "method")
+        if source == name:
+            raise ParamsError(f"{where}.noise: {name!r} cannot take features from a run trained on its own labels")
+        src_feats = p["noise"][source].get("features")
+        if isinstance(src_feats, dict) and src_feats.get("source") == "run":
+            raise ParamsError(
+                f"{where}.noise: {source!r} itself takes features from a run; use a noise setting whose "
+                "labels do not depend on another run"
+            )
+        if name in grid["noises"]:
+            missing = [f"{key} {value!r} is not in grid.{key}s" for key, value in
+                       (("noise", source), ("method", feats.get("method")), ("seed", feats.get("seed")))
+                       if value not in grid[f"{key}s"]]
+            if missing:
+                raise ParamsError(
+                    f"{where}: the features come from the run {feats.get('method')}/{source}/seed "
+                    f"{feats.get('seed')}, which the grid does not train ({'; '.join(missing)}); add it to the grid"
+                )
+

@@ -95,16 +95,16 @@ def plot_selection(per_seed: pd.DataFrame, path: Path) -> None:
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    rows = per_seed.dropna(subset=["selection_precision"]) if "selection_precision" in per_seed else per_seed.iloc[:0]
+    rows = per_seed.dropna(subset=["diag_selection_precision"]) if "diag_selection_precision" in per_seed else per_seed.iloc[:0]
     if rows.empty:
         ax.text(0.5, 0.5, "no run in the grid selects samples", ha="center", va="center")
         ax.set_axis_off()
     for i, ((dataset, noise, method), group) in enumerate(rows.groupby(["dataset", "noise", "method"], sort=False)):
-        for column, style in (("selection_precision", "-"), ("selection_recall", "--")):
+        for column, style in (("diag_selection_precision", "-"), ("diag_selection_recall", "--")):
             curves = np.array([[np.nan if v is None else v for v in c] for c in group[column]], dtype=float)
             mean = np.nanmean(curves, axis=0)
             epochs = np.arange(1, len(mean) + 1)
-            label = f"{method} {dataset}/{noise} {column.split('_')[1]}"
+            label = f"{method} {dataset}/{noise} {column.split('_')[-1]}"
             ax.plot(epochs, mean, style, color=f"C{i % 10}", marker="o", markersize=3, label=label)
         clean = 1 - group["actual_noise_rate"].iloc[0]
         ax.axhline(clean, color=f"C{i % 10}", linestyle=":", linewidth=1)

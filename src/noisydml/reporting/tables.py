@@ -29,15 +29,15 @@ def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.Data
             "dataset": dataset, "noise": noise, "noise_kind": setting["kind"],
             "noise_rate": setting["nominal_rate"], "actual_noise_rate": setting["actual_rate"],
             "method": method, "seed": seed, **result["metrics"],
-            "seconds_per_epoch": training.get("seconds_per_epoch"),
-            **{k: training.get(k) for k in SELECTION_COLUMNS},
-            **{f"final_{k}": training.get(f"final_{k}") for k in SELECTION_COLUMNS},
+            "map_at_r_exact": result.get("map_at_r_exact", True), "k_used": result.get("k_used"),
+            # the trainer's scores of the method's decisions: per-epoch lists and final values
+            **{k: v for k, v in training.items() if k.startswith(("diag_", "final_diag_"))},
         })
     return pd.DataFrame(rows)
 
 
-#: Per-epoch diagnostics of methods that select samples (PRISM), as the evaluate stage copies them.
-SELECTION_COLUMNS = ("selection_precision", "selection_recall", "kept_fraction")
+#: Scores of sample selection (the trainer's ``diag_*`` of a method's keep decisions).
+SELECTION_COLUMNS = ("diag_selection_precision", "diag_selection_recall", "diag_kept_fraction")
 
 #: PRISM (CVPR 2021), training time on CARS-98N in seconds (the slides' last table), keyed by
 #: (method, centres): our timing rows are matched to it.
@@ -51,11 +51,12 @@ PAPER_TRAINING_SECONDS = {
 
 
 def summarise(per_seed: pd.DataFrame, metric_names: list[str]) -> pd.DataFrame:
-    """Mean and standard deviation over seeds of every metric, one row per (dataset, noise, method)."""
+    """Mean and sample standard deviation (ddof=1; NaN for one seed) over seeds of every metric, one row per
+    (dataset, noise, method)."""
     keys = ["dataset", "noise", "noise_kind", "noise_rate", "actual_noise_rate", "method"]
     grouped = per_seed.groupby(keys, sort=False)[metric_names]
     mean = grouped.mean()
-    std = grouped.std(ddof=0).add_suffix("_std")
+    std = grouped.std(ddof=1).add_suffix("_std")
     out = pd.concat([mean, std], axis=1).reset_index()
     out.insert(len(keys), "seeds", grouped.size().to_numpy())
     return out
@@ -77,7 +78,8 @@ def markdown_table(summary: pd.DataFrame, metrics: list[str], params: dict) -> s
     header = "| method | " + " | ".join(f"{d} / {n}" for d, n in columns) + " |"
     lines = [
         f"Cells: {' / '.join(short.get(m, m) for m in metrics)} in %, mean over {len(grid['seeds'])} seed(s)"
-        + (" (± std)" if len(grid["seeds"]) > 1 else "") + "; " + _selection_text(params["train"]) + ".",
+        + (" (± sample standard deviation, ddof=1)" if len(grid["seeds"]) > 1 else "") + "; "
+        + _selection_text(params["train"]) + ".",
         "",
         header,
         "|" + "---|" * (len(columns) + 1),
@@ -157,33 +159,34 @@ def plot_series(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def timing_table(params: dict, layout) -> pd.DataFrame:
-    """Seconds per epoch of the ``timing`` stage's methods, with PRISM's published times beside them."""
+    """Seconds per epoch of the ``timing`` stage's entries, with PRISM's published times beside them."""
     rows = []
-    for dataset in params["grid"]["datasets"]:
-        path = layout.timing(dataset)
+    entries = list(params["timing"]["entries"])
+    results = []
+    for entry in entries:
+        path = layout.timing(entry)
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; run `dvc repro timing@{dataset}`")
-        t = io.read_json(path)
-        first_paper = None
-        for i, r in enumerate(t["rows"]):
-            paper = PAPER_TRAINING_SECONDS.get((r["method"], r.get("centres")))
-            if i == 0:
-                first_paper = paper
-            rows.append({
-                "dataset": dataset, "noise": t["noise"], "method": r["label"],
-                "seconds/epoch": round(r["seconds_per_epoch"], 2),
-                "ms/step": round(1e3 * r["seconds_per_step"], 1),
-                "x first row": round(r["relative_to_first"], 2),
-                "PRISM paper (CARS-98N, s)": paper[1] if paper else "-",
-                "paper x first row": round(paper[1] / first_paper[1], 2) if paper and first_paper else "-",
-            })
+            raise FileNotFoundError(f"{path}: missing; run `dvc repro timing@{entry}`")
+        results.append(io.read_json(path))
+    first = results[0] if results else None
+    first_paper = PAPER_TRAINING_SECONDS.get((first["method"], first.get("centres"))) if first else None
+    for r in results:
+        paper = PAPER_TRAINING_SECONDS.get((r["method"], r.get("centres")))
+        rows.append({
+            "dataset": r["dataset"], "noise": r["noise"], "method": r["label"],
+            "seconds/epoch": round(r["seconds_per_epoch"], 2),
+            "ms/step": round(1e3 * r["seconds_per_step"], 1),
+            "x first row": round(r["seconds_per_epoch"] / first["seconds_per_epoch"], 2),
+            "PRISM paper (CARS-98N, s)": paper[1] if paper else "-",
+            "paper x first row": round(paper[1] / first_paper[1], 2) if paper and first_paper else "-",
+        })
     return pd.DataFrame(rows)
 
 
 def selection_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     """Final-epoch selection precision / recall / kept fraction of runs that select samples."""
     columns = [f"final_{k}" for k in SELECTION_COLUMNS]
-    rows = per_seed.dropna(subset=["final_selection_precision"]) if "final_selection_precision" in per_seed else per_seed.iloc[:0]
+    rows = per_seed.dropna(subset=["final_diag_selection_precision"]) if "final_diag_selection_precision" in per_seed else per_seed.iloc[:0]
     keys = ["dataset", "noise", "method"]
     if rows.empty:
         return pd.DataFrame(columns=keys + ["clean_fraction", "seeds"] + columns)
@@ -195,7 +198,7 @@ def selection_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_report(params: dict, layout) -> Path:
-    from noisydml.evaluation.retrieval import metric_names
+    from noisydml.evaluation import metric_names
     from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class, plot_selection
 
     out = layout.reports
@@ -229,14 +232,23 @@ def write_report(params: dict, layout) -> Path:
            "ground truth, mean over seeds. A selection no better than chance has precision = clean fraction.", ""]
     md += [selection.round(4).to_markdown(index=False) if not selection.empty else "(no run in the grid selects samples)",
            "", "![Selection over training](selection_over_training.png)", "",
-           "## Training time", "",
-           f"Seconds per epoch on the same data (`timing` in params.yaml: {params['timing']['epochs']} epochs "
-           "each, the first not counted), beside PRISM's published training times (Table 4 of the slides, "
-           "CARS-98N, BN-Inception on a GPU). Compare the ratios, not the seconds.", "",
-           times.to_markdown(index=False), ""]
+           "## Training time", ""]
+    if times.empty:
+        md += ["(opt-in: list methods under `timing.entries` in params.yaml to time them; see the README)", ""]
+    else:
+        md += [f"Seconds per epoch on the same data (`timing` in params.yaml: {params['timing']['epochs']} epochs "
+               "each, the first not counted), beside PRISM's published training times (Table 4 of the slides, "
+               "CARS-98N, BN-Inception on a GPU). Compare the ratios, not the seconds.", "",
+               times.to_markdown(index=False), ""]
+    inexact = per_seed[~per_seed["map_at_r_exact"].astype(bool)]
+    if not inexact.empty:
+        md += ["**MAP@R and R-Precision are underestimates** for "
+               + ", ".join(f"{r.dataset}/{r.noise}/{r.method}/seed{r.seed}" for r in inexact.itertuples())
+               + f": `evaluate.max_k` ({params['evaluate']['max_k']}) is below the largest test class - 1.", ""]
     io.write_text(out / "results.md", "\n".join(md))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
-    flat = per_seed.drop(columns=list(SELECTION_COLUMNS))  # per-epoch curves live in metrics/*.json
+    # per-epoch curves live in metrics/*.json
+    flat = per_seed.drop(columns=[c for c in per_seed.columns if c.startswith("diag_")])
     io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
     plot_metric_vs_noise(summary, "precision_at_1", out / "p_at_1_vs_noise.png")

@@ -1,4 +1,4 @@
-"""Baselines from the papers' tables, all built from pytorch-metric-learning.
+"""Baselines from the papers' tables, all built from pytorch-metric-learning (shared by their modules).
 
 Each entry names a pml loss (and miner), its papers' default hyper-parameters
 (overridable in ``methods.<name>.loss`` / ``.miner`` of params.yaml) and
@@ -14,8 +14,8 @@ from typing import Any, Callable
 import torch
 from pytorch_metric_learning import distances, losses, miners
 
-from noisydml.config import Field
-from noisydml.methods.base import Method, MethodSetup, MethodSpec
+from noisydml.methods.base import Batch, Method, MethodSetup, MethodSpec
+from noisydml.schema import Field
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ BASELINES: dict[str, PMLBaseline] = {
 }
 
 
-def _schema_from_defaults(defaults: dict[str, Any]) -> dict[str, Field]:
+def schema_from_defaults(defaults: dict[str, Any]) -> dict[str, Field]:
     return {k: Field(type(v), v) for k, v in defaults.items()}
 
 
@@ -114,16 +114,18 @@ class PMLMethod(Method):
         else:
             self.loss_fn = loss
 
-    def loss(self, embeddings, labels, sample_ids, step):
+    def loss(self, batch: Batch):
+        return self.loss_of(batch.embeddings, batch.labels, batch.step), {}
+
+    def loss_of(self, embeddings: torch.Tensor, labels: torch.Tensor, step: int) -> torch.Tensor:
+        """The loss of some embeddings and labels at optimisation step ``step`` (also PRISM's base loss)."""
         if isinstance(self.loss_fn, losses.CrossBatchMemory) and step < self.hparams.get("memory_warmup_steps", 0):
             # XBM's warm-up: the memory starts once features drift slowly (Wang et al. 2020, Sec. 4);
             # until then the wrapped loss sees the batch alone and nothing is enqueued.
-            return self.loss_fn.loss(embeddings, labels), {}
+            return self.loss_fn.loss(embeddings, labels)
         if self.miner is not None:
-            value = self.loss_fn(embeddings, labels, self.miner(embeddings, labels))
-        else:
-            value = self.loss_fn(embeddings, labels)
-        return value, {}
+            return self.loss_fn(embeddings, labels, self.miner(embeddings, labels))
+        return self.loss_fn(embeddings, labels)
 
     # The cross-batch memory keeps its queue position outside its state_dict: save it for resume.
     def get_extra_state(self):
@@ -142,10 +144,10 @@ def baseline_spec(baseline: PMLBaseline) -> MethodSpec:
         "loss": Field(dict, dict(baseline.loss_defaults)),
         "lr_multiplier": Field(float, baseline.lr_multiplier, min=0.0),
     }
-    nested = {"loss": _schema_from_defaults(baseline.loss_defaults)}
+    nested = {"loss": schema_from_defaults(baseline.loss_defaults)}
     if baseline.miner_cls is not None:
         schema["miner"] = Field(dict, dict(baseline.miner_defaults))
-        nested["miner"] = _schema_from_defaults(baseline.miner_defaults)
+        nested["miner"] = schema_from_defaults(baseline.miner_defaults)
     if baseline.memory:
         schema["memory_size"] = Field(int, 8192, min=1)
         schema["memory_warmup_steps"] = Field(int, 0, min=0, help="steps on the batch alone before the memory starts")

@@ -1,0 +1,70 @@
+"""Validate all of params.yaml at once: ``python -m noisydml.pipeline.check [params.yaml]``.
+
+Each stage validates the sections it uses (its registry's schemas); this checks
+every dataset, noise setting and method section, the backbone and the
+cross-section rules, so a mistake in a section no stage of the grid uses yet is
+found too. The tests and CI run it on the repository's params.yaml.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from noisydml.config import load_params, validate_params
+from noisydml.data.registry import DATASET_KINDS, check_dataset
+from noisydml.methods import check_method, load_spec
+from noisydml.models import check_backbone
+from noisydml.noise import check_noise
+from noisydml.schema import ParamsError
+
+
+def check_all(params: dict[str, Any]) -> dict[str, Any]:
+    """Validate every registry-owned section of already-loaded params (defaults filled in); return them."""
+    for name in params["datasets"]:
+        check_dataset(params, name)
+    for name in params["noise"]:
+        check_noise(params, name)
+    for name in list(params["methods"]):
+        check_method(params, name)
+    check_backbone(params["train"])
+    for entry, item in params["timing"]["entries"].items():
+        load_spec(item["method"]).check({**params["methods"][item["method"]], **item["hparams"]},
+                                        f"timing.entries.{entry}.hparams")
+    train = params["train"]
+    batch = train["batch"]
+    for ds_name in params["grid"]["datasets"]:
+        ds = params["datasets"][ds_name]
+        n_train = DATASET_KINDS[ds["kind"]].train_classes(ds)
+        if n_train is not None and batch["classes"] > n_train:
+            raise ParamsError(
+                f"train.batch.classes: {batch['classes']} classes per batch, but dataset {ds_name!r} "
+                f"has only {n_train} training classes; allowed: 2..{n_train}"
+            )
+        if n_train is not None and train["validation_classes"] and n_train - train["validation_classes"] < batch["classes"]:
+            raise ParamsError(
+                f"train.validation_classes: {train['validation_classes']} held out of dataset {ds_name!r}'s "
+                f"{n_train} training classes leaves fewer than train.batch.classes ({batch['classes']}) to train on"
+            )
+    return params
+
+
+def validate_all(raw: Any) -> dict[str, Any]:
+    """:func:`noisydml.config.validate_params` + :func:`check_all` of a raw params mapping."""
+    return check_all(validate_params(raw))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else "params.yaml"
+    try:
+        check_all(load_params(path))
+    except ParamsError as e:
+        print(f"error: {path}: {e}", file=sys.stderr)
+        return 2
+    print(f"{path}: valid")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The corrupt stage: a prepared dataset + a noise setting -> ``data/noisy/<dataset>/<noise>``."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+
+from noisydml import io
+from noisydml.config import run_name
+from noisydml.data.prepared import train_split
+from noisydml.noise import NoiseInputs, check_noise, corrupt_labels
+from noisydml.noise.features import pixel_features, run_features
+from noisydml.pipeline.layout import TRAIN_EMBEDDINGS, Layout
+
+
+def noise_inputs(dataset: str, ds, train, layout: Layout) -> NoiseInputs:
+    """What a noise kind may ask for: features of the training images, and verified-clean flags."""
+
+    def features(cfg: dict):
+        if cfg["source"] == "pixels":
+            t0 = time.perf_counter()
+            feats = pixel_features(ds.images[train["sample_id"].to_numpy()], cfg["pca_dim"], cfg["pixel_side"],
+                                   seed=0)
+            print(f"pixel features: PCA to {cfg['pca_dim']} dims in {time.perf_counter() - t0:.1f}s")
+            return feats, {"source": "pixels", "pca_dim": cfg["pca_dim"], "pixel_side": cfg["pixel_side"]}
+        run = run_name(dataset, cfg["noise"], cfg["method"], cfg["seed"])
+        path = layout.run(dataset, cfg["noise"], cfg["method"], cfg["seed"]) / TRAIN_EMBEDDINGS
+        feats, sha = run_features(path, train["sample_id"].to_numpy(), run)
+        return feats, {"source": "run", "run": run, "path": str(path.relative_to(layout.root)), "sha256": sha}
+
+    is_clean = None
+    if "is_clean" in train.columns:
+        is_clean = pd.to_numeric(train["is_clean"], errors="coerce").to_numpy(dtype=float)
+    return NoiseInputs(features=features, is_clean=is_clean)
+
+
+def corrupt(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -> dict:
+    cfg = check_noise(params, noise)
+    ds, train, labels = train_split(layout.prepared(dataset))
+    names = train.drop_duplicates("label").sort_values("label")["class_name"].tolist()
+    inputs = noise_inputs(dataset, ds, train, layout)
+    table, per_class, stats = corrupt_labels(train["sample_id"].to_numpy(), labels, cfg, inputs, class_names=names)
+    if inputs.is_clean is not None:
+        # real noise: only verified samples have a known truth (the trainer scores decisions on them alone)
+        table["verified"] = (~pd.isna(inputs.is_clean)).astype(int)
+    stats = {"dataset": dataset, "noise": noise, **stats}
+    with io.atomic_dir(layout.noisy(dataset, noise)) as tmp:
+        table.to_csv(tmp / "labels.csv", index=False)
+        per_class.to_csv(tmp / "per_class.csv", index=False, float_format="%.6f")
+        io.write_json(tmp / "stats.json", stats)
+    print(
+        f"corrupt {dataset}/{noise}: kind={stats['kind']} nominal rate={stats['nominal_rate']:.3f} "
+        f"actual rate={stats['actual_rate']:.3f} ({stats['num_noisy']} of {stats['num_samples']} labels wrong); "
+        f"classes {stats['num_classes_before']} -> {stats['num_classes_after']}"
+    )
+    return stats

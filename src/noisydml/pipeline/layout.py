@@ -1,0 +1,44 @@
+"""Where every stage reads and writes: one layout, so dvc.yaml, the stages and the report agree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: A run's embeddings of its training images (sample ids beside them).
+TRAIN_EMBEDDINGS = "train_embeddings.npz"
+#: A run's per-sample exports (:meth:`noisydml.methods.base.Method.export`), keyed by sample id.
+EXPORTS = "exports.npz"
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path = Path(".")
+
+    def prepared(self, dataset: str) -> Path:
+        return self.root / "data" / "prepared" / dataset
+
+    def noisy(self, dataset: str, noise: str) -> Path:
+        return self.root / "data" / "noisy" / dataset / noise
+
+    def run(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+        return self.root / "runs" / dataset / noise / method / f"seed{seed}"
+
+    def checkpoint(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+        # Outside DVC's outputs: DVC deletes a stage's outputs before running it, and a
+        # killed run must find its checkpoint when `dvc repro` starts it again.
+        return self.root / ".checkpoints" / dataset / noise / method / f"seed{seed}" / "last.pt"
+
+    def volatile(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+        """What a run measured but must not hash (seconds, MLflow run id, resume epoch): outside DVC outputs."""
+        return self.root / ".runinfo" / dataset / noise / method / f"seed{seed}.json"
+
+    def metrics(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+        return self.root / "metrics" / dataset / noise / method / f"seed{seed}.json"
+
+    def timing(self, entry: str) -> Path:
+        return self.root / "timing" / f"{entry}.json"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"

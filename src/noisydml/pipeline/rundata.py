@@ -1,0 +1,112 @@
+"""The data of one training run: images, the labels it trains on, and the ground truth kept from the method."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from noisydml import io
+from noisydml.data import DatasetError
+from noisydml.data.prepared import sha256_file, train_split
+from noisydml.engine.judge import GroundTruth
+from noisydml.engine.trainer import ImageSet
+from noisydml.pipeline.layout import Layout
+
+
+def check_features_fresh(stats: dict, layout: Layout) -> None:
+    """Noisy labels made from a run's embeddings must come from that run's current embeddings.
+
+    DVC cannot see this dependency (a matrix stage cannot depend on a run chosen
+    per noise setting), so the train stage checks it instead of training on
+    labels made from an older model.
+    """
+    feats = stats.get("features") or {}
+    if feats.get("source") != "run":
+        return
+    path = layout.root / feats["path"]
+    if not path.is_file() or sha256_file(path) != feats["sha256"]:
+        raise DatasetError(
+            f"noisy labels {stats['dataset']}/{stats['noise']} were made from the embeddings of run {feats['run']}, "
+            f"which have changed (or gone) since; re-make them with `dvc repro -f corrupt@{stats['dataset']}-"
+            f"{stats['noise']}` (after `dvc repro train@{feats['run']}`), then `dvc repro`"
+        )
+
+
+def load_noisy_labels(path: Path, train_sample_ids: np.ndarray) -> pd.DataFrame:
+    table = pd.read_csv(path / "labels.csv")
+    if not np.array_equal(table["sample_id"].to_numpy(), train_sample_ids):
+        raise DatasetError(
+            f"{path / 'labels.csv'}: its sample ids do not match the prepared dataset's training split; "
+            "re-run the corrupt stage (dvc repro)"
+        )
+    return table
+
+
+def ground_truth(noisy: pd.DataFrame, per_class: pd.DataFrame) -> GroundTruth:
+    """Truth of every training row, true classes in training-label ids (-1: a class dissolved by the noise)."""
+    to_label = dict(zip(per_class["true_label"], per_class["label"]))
+    true_label = noisy["true_label"].map(to_label).fillna(-1).to_numpy(np.int64)
+    known = noisy["verified"].to_numpy().astype(bool) if "verified" in noisy else np.ones(len(noisy), bool)
+    return GroundTruth(noisy["is_noisy"].to_numpy().astype(bool), true_label, known)
+
+
+@dataclass
+class RunData:
+    """The training and test images of one (dataset, noise setting), as the trainer takes them."""
+
+    train_rows: pd.DataFrame  # the whole training split (manifest rows)
+    test_rows: pd.DataFrame
+    noisy: pd.DataFrame       # labels.csv of the noise setting, row i = train_rows row i
+    train_set: ImageSet       # what is trained on
+    test_set: ImageSet
+    truth: GroundTruth        # of train_set's rows: for the trainer's scores only, never for the method
+    sample_ids: np.ndarray    # manifest ids of train_set's rows
+    fingerprint: str          # images checksum + noisy labels digest
+    #: Rows of train_rows trained on / held out for validation (``train.validation_classes``).
+    fit_index: np.ndarray | None = None
+    val_index: np.ndarray | None = None
+    val_set: ImageSet | None = None
+
+
+def validation_split(labels: np.ndarray, num_classes: int, seed: int) -> np.ndarray:
+    """Rows whose (noisy) label is one of ``num_classes`` classes drawn by ``seed``: the same for every method."""
+    classes = np.unique(labels)
+    held = np.random.default_rng([seed, 7]).choice(classes, size=num_classes, replace=False)
+    return np.isin(labels, held)
+
+
+def load_run_data(dataset: str, noise: str, layout: Layout, validation_classes: int = 0, seed: int = 0) -> RunData:
+    ds, train_rows, _ = train_split(layout.prepared(dataset))
+    check_features_fresh(io.read_json(layout.noisy(dataset, noise) / "stats.json"), layout)
+    noisy = load_noisy_labels(layout.noisy(dataset, noise), train_rows["sample_id"].to_numpy())
+    truth = ground_truth(noisy, pd.read_csv(layout.noisy(dataset, noise) / "per_class.csv"))
+    test_rows = ds.split("test")
+    images = np.asarray(ds.images)
+    train_images = images[train_rows["sample_id"].to_numpy()]
+    labels = noisy["label"].to_numpy()
+    sample_ids = train_rows["sample_id"].to_numpy()
+    test_set = ImageSet(images[test_rows["sample_id"].to_numpy()], test_rows["label"].to_numpy())
+    labels_digest = pd.util.hash_pandas_object(noisy[["sample_id", "label", "true_label", "is_noisy"]],
+                                               index=False).sum()
+    fingerprint = f"{ds.info['images_sha256']}:{int(labels_digest)}"
+    if not validation_classes:
+        return RunData(train_rows, test_rows, noisy, ImageSet(train_images, labels), test_set, truth, sample_ids,
+                       fingerprint)
+    num_labels = len(np.unique(labels))
+    if validation_classes >= num_labels:
+        raise DatasetError(f"train.validation_classes: {validation_classes} held out, but {dataset}/{noise}'s "
+                           f"training labels have only {num_labels} classes")
+    held = validation_split(labels, validation_classes, seed)
+    fit_index, val_index = np.flatnonzero(~held), np.flatnonzero(held)
+    kept_labels, fit_labels = np.unique(labels[fit_index], return_inverse=True)  # renumbered 0..K-1
+    fit_truth = truth.subset(fit_index)
+    # true classes in the renumbered ids; a true class held out for validation is not trained on: -1
+    renumber = np.full(int(labels.max()) + 2, -1, np.int64)
+    renumber[kept_labels] = np.arange(len(kept_labels))
+    fit_truth.true_label = np.where(fit_truth.true_label >= 0, renumber[fit_truth.true_label], -1)
+    return RunData(train_rows, test_rows, noisy, ImageSet(train_images[fit_index], fit_labels), test_set,
+                   fit_truth, sample_ids[fit_index], f"{fingerprint}:val{validation_classes}", fit_index, val_index,
+                   ImageSet(train_images[val_index], labels[val_index]))

@@ -1,0 +1,105 @@
+"""dvc.yaml declares exactly the code each stage runs; import layering; no hidden defaults in params.yaml."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+_spec = importlib.util.spec_from_file_location("stage_deps", REPO / "scripts" / "stage_deps.py")
+stage_deps = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stage_deps)
+
+DVC = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+PARTS = "src/noisydml/methods/parts"
+
+
+def _declared_code(stage: dict, method: str | None = None) -> set[str]:
+    body = stage.get("do", stage)
+    files = set()
+    for dep in body["deps"]:
+        if not dep.startswith(("src/", "stages/")):
+            continue
+        dep = dep.replace("${item.method}", method or "")
+        path = REPO / dep
+        files.update(stage_deps.relative(path.rglob("*.py")) if path.is_dir() else [dep])
+    return files
+
+
+def _method_names():
+    from noisydml.methods import method_names
+
+    return method_names()
+
+
+@pytest.mark.parametrize("name", ["prepare", "corrupt", "evaluate", "report"])
+def test_stage_declares_exactly_the_code_it_imports(name):
+    imported = set(stage_deps.relative(stage_deps.closure(REPO / "stages" / f"{name}.py")))
+    declared = _declared_code(DVC[name])
+    assert declared - imported == set(), f"{name}: declared in dvc.yaml but never imported"
+    assert imported - declared == set(), f"{name}: imported but not declared in dvc.yaml (a change would not re-run it)"
+
+
+@pytest.mark.parametrize("stage", ["train", "timing"])
+@pytest.mark.parametrize("method", _method_names())
+def test_training_stages_declare_their_method_module_and_nothing_of_other_methods(stage, method):
+    imported = set(stage_deps.relative(stage_deps.closure(
+        REPO / "stages" / f"{stage}.py", REPO / "src" / "noisydml" / "methods" / f"{method}.py")))
+    declared = _declared_code(DVC[stage], method)
+    assert imported - declared == set(), f"{stage}@{method}: imported but not declared in dvc.yaml"
+    extra = {f for f in declared - imported if not f.startswith(PARTS)}
+    assert extra == set(), f"{stage}@{method}: declared but never imported"
+    other_methods = {f"src/noisydml/methods/{m}.py" for m in _method_names() if m != method}
+    assert not declared & other_methods
+
+
+def test_import_layers_and_method_independence_hold():
+    """The import-linter contracts in pyproject.toml (no cycles; layers import downwards only)."""
+    lint = Path(sys.executable).parent / "lint-imports"
+    proc = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "0 broken" in proc.stdout
+
+
+def test_every_schema_key_is_written_in_params_yaml():
+    """No hidden defaults: every key a schema knows is in params.yaml, so `dvc params diff` shows it."""
+    from noisydml import config
+    from noisydml.data.registry import DATASET_KINDS
+    from noisydml.methods import load_spec
+    from noisydml.noise import NOISE_KINDS
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    missing = []
+
+    def need(section: dict, schema: dict, where: str):
+        missing.extend(f"{where}.{k}" for k in schema if k not in (section or {}))
+
+    for key, schema in (("train", config.TRAIN_SCHEMA), ("runtime", config.RUNTIME_SCHEMA),
+                        ("evaluate", config.EVALUATE_SCHEMA), ("tracking", config.TRACKING_SCHEMA),
+                        ("report", config.REPORT_SCHEMA), ("timing", config.TIMING_SCHEMA),
+                        ("grid", config.GRID_SCHEMA)):
+        need(raw[key], schema, key)
+    need(raw["train"]["batch"], config.BATCH_SCHEMA, "train.batch")
+    need(raw["train"]["optimizer"], config.OPTIMIZER_SCHEMA, "train.optimizer")
+    need(raw["train"]["schedule"], config.SCHEDULE_SCHEMA, "train.schedule")
+    for name in _method_names():
+        assert name in raw["methods"], f"methods.{name} is missing from params.yaml"
+        spec = load_spec(name)
+        need(raw["methods"][name], spec.schema, f"methods.{name}")
+        for sub, schema in (spec.nested or {}).items():
+            need(raw["methods"][name][sub], schema, f"methods.{name}.{sub}")
+    for name, body in raw["datasets"].items():
+        need(body, DATASET_KINDS[body["kind"]].schema, f"datasets.{name}")
+    for name, body in raw["noise"].items():
+        need(body, NOISE_KINDS[body["kind"]].schema, f"noise.{name}")
+    assert missing == []
+
+
+def test_the_whole_params_file_is_valid():
+    from noisydml.pipeline.check import main
+
+    assert main([str(REPO / "params.yaml")]) == 0
