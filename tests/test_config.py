@@ -10,7 +10,10 @@ from noisydml.pipeline.check import validate_all as validate_params
 def test_grid_methods_can_point_at_every_method_set(tmp_path, anchor, method_set):
     text = (REPO / "params.yaml").read_text()
     line = next(x for x in text.splitlines() if x.startswith("  methods: *"))
-    (tmp_path / "params.yaml").write_text(text.replace(line, f"  methods: *{anchor}"))
+    text = text.replace(line, f"  methods: *{anchor}")
+    if anchor != "default_methods":  # the default chain's upstream (prism) is not in these sets
+        text = text[: text.index("chains:\n")] + "chains: {}\n\ntracking:" + text.split("\ntracking:", 1)[1]
+    (tmp_path / "params.yaml").write_text(text)
     p = load_params(tmp_path / "params.yaml")
     assert p["grid"]["methods"] == p["method_sets"][method_set]
 
@@ -36,6 +39,14 @@ def test_repository_params_are_valid():
         (lambda r: r["timing"]["entries"].update(x={"label": "x", "method": "nope"}),
          "timing.entries.x.method: unknown method 'nope'"),
         (lambda r: r.pop("runtime"), "missing required section 'runtime'"),
+        (lambda r: r["chains"]["ms_on_prism_kept"].update(upstream="triplet"),
+         "chains.ms_on_prism_kept.upstream: 'triplet' is neither a method of grid.methods"),
+        (lambda r: r["chains"]["ms_on_prism_kept"].update(name="ms"), "'ms' is a method's name"),
+        (lambda r: r["chains"]["ms_on_prism_kept"].update(noise="sym20"), "chains.ms_on_prism_kept.noise: 'sym20' is not in grid.noises"),
+        (lambda r: r["chains"]["ms_on_prism_kept"].update(labels={"label": "", "keep": ""}), "takes nothing from its upstream"),
+        (lambda r: r["chains"].update(a={**r["chains"]["ms_on_prism_kept"], "name": "a", "upstream": "b"},
+                                      b={**r["chains"]["ms_on_prism_kept"], "name": "b", "upstream": "a"}),
+         "leads back to itself"),
         (lambda r: r["runtime"].update(device="tpu"), "runtime.device: 'tpu' is not allowed"),
         (lambda r: r["train"].update(backbone="vgg"), "train.backbone: unknown backbone 'vgg'"),
         (lambda r: r["methods"]["prism"].update(noise_rate=1.0), "methods.prism.noise_rate: 1.0 is above the maximum 0.99"),

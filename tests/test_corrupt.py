@@ -32,6 +32,7 @@ def _params(raw_params, **noise):
     raw["datasets"]["toy"] = {"kind": "glyphs", "num_classes": 16, "images_per_class": 6}
     raw["noise"].update(noise)
     raw["grid"].update(datasets=["toy"], noises=["clean", *noise])
+    raw["chains"] = {}
     raw["timing"].update(noise="clean", dataset="toy")
     raw["train"]["batch"] = {"classes": 2, "per_class": 2}
     return validate_params(raw)
@@ -148,6 +149,7 @@ def test_bad_noise_settings_are_refused_at_load_time(raw_params, setting, messag
     raw = copy.deepcopy(raw_params)
     raw["noise"]["bad"] = setting
     raw["grid"]["noises"] = ["clean", "bad"]
+    raw["chains"] = {}
     raw["timing"].update(noise="clean")
     with pytest.raises(ParamsError, match=message):
         validate_params(raw)

@@ -41,6 +41,10 @@ def repo(tmp_path_factory):
     raw["methods"]["prism"]["memory_size"] = 64
     # model selection on held-out training classes, with the (opt-in) timing stage on
     raw["train"].update(validation_classes=2, model_selection="best_validation", batch={"classes": 2, "per_class": 2})
+    raw["methods"]["prism"].update(warmup_steps=0, memory_warmup_steps=0)  # selection from the first step
+    raw["chains"] = {"ms_on_prism_kept": {"name": "ms_on_prism_kept", "dataset": "glyphs", "noise": "sym50", "seed": 0,
+                                          "method": "ms", "upstream": "prism", "init": {"model": True, "method": False},
+                                          "labels": {"label": "", "keep": "keep"}, "inputs": []}}
     raw["timing"]["entries"] = {"mcl": {"label": "MCL", "method": "mcl"},
                                 "prism_eq3": {"label": "PRISM without centres", "method": "prism",
                                               "hparams": {"centres": False}}}
@@ -68,7 +72,9 @@ def test_repro_produces_report_and_metrics(repo):
     table = (root / "reports" / "results.md").read_text()
     assert "| ms |" in table and "glyphs / sym50" in table and "glyphs / sc25" in table
     metrics = json.loads((root / "reports" / "metrics.json").read_text())
-    assert set(metrics) == {f"glyphs/{n}/{m}" for n in ("clean", "sym50", "sc25") for m in ("ms", "prism")}
+    assert set(metrics) == {f"glyphs/{n}/{m}" for n in ("clean", "sym50", "sc25") for m in ("ms", "prism")} | {
+        "glyphs/sym50/ms_on_prism_kept"}
+    assert "Chained runs" in table and "| ms_on_prism_kept | - | " in table
     assert 0 <= metrics["glyphs/clean/ms"]["precision_at_1"] <= 1
     shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env)
     assert "glyphs/clean/ms" in shown
@@ -100,7 +106,8 @@ def test_mlflow_has_one_finished_run_per_model(repo):
         "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status'], runs['metrics.final_precision_at_1'].notna()))))"
     )
     runs = json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
-    assert runs == [[f"glyphs-{n}-{m}-0", "FINISHED", True] for n in ("clean", "sc25", "sym50") for m in ("ms", "prism")]
+    assert runs == sorted([[f"glyphs-{n}-{m}-0", "FINISHED", True] for n in ("clean", "sc25", "sym50")
+                           for m in ("ms", "prism")] + [["glyphs-sym50-ms_on_prism_kept-0", "FINISHED", True]])
 
 
 def test_report_shows_selection_and_training_time(repo):
@@ -141,8 +148,9 @@ def test_changing_one_noise_rate_dirties_only_its_branch(repo):
     out = _run([sys.executable, "-m", "dvc", "repro"], root, env)
     ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
     # the timing stages train on timing.noise = sym50's labels, so they re-run too
-    assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs-sym50-ms-0", "evaluate@glyphs-sym50-prism-0", "report",
-                   "timing@mcl", "timing@prism_eq3", "train@glyphs-sym50-ms-0", "train@glyphs-sym50-prism-0"]
+    assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs-sym50-ms-0", "evaluate@glyphs-sym50-prism-0",
+                   "evaluate_chain@ms_on_prism_kept", "report", "timing@mcl", "timing@prism_eq3",
+                   "train@glyphs-sym50-ms-0", "train@glyphs-sym50-prism-0", "train_chain@ms_on_prism_kept"]
     stats = json.loads((root / "data" / "noisy" / "glyphs" / "sym50" / "stats.json").read_text())
     assert stats["nominal_rate"] == 0.4
 
@@ -178,6 +186,16 @@ def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages
         prism.write_text(text)
     assert changed == ["timing@prism_eq3", "train@glyphs-clean-prism-0", "train@glyphs-sc25-prism-0",
                        "train@glyphs-sym50-prism-0"]
+    # editing ms's module dirties ms's runs and the chained run that trains ms
+    ms = methods / "ms.py"
+    text = ms.read_text()
+    ms.write_text(text + "\n# an edit\n")
+    try:
+        changed = _changed_stages(root, env)
+    finally:
+        ms.write_text(text)
+    assert changed == ["train@glyphs-clean-ms-0", "train@glyphs-sc25-ms-0", "train@glyphs-sym50-ms-0",
+                       "train_chain@ms_on_prism_kept"]
     assert _changed_stages(root, env) == []
 
 
@@ -194,3 +212,36 @@ def test_evaluate_succeeds_without_mlflow_database(repo):
         if db.exists():
             db.unlink()
         moved.rename(db)
+
+
+def _lock(root):
+    return yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+
+
+def test_chained_run_is_a_dvc_edge_reruns_with_its_upstream_and_resumes_bit_exactly(repo):
+    root, env, _ = repo
+    dot = _run([sys.executable, "-m", "dvc", "dag", "--dot", "train_chain@ms_on_prism_kept"], root, env)
+    assert '"train@glyphs-sym50-prism-0" -> "train_chain@ms_on_prism_kept"' in dot
+    run = root / "runs" / "glyphs" / "sym50" / "ms_on_prism_kept" / "seed0"
+    info = json.loads((run / "run.json").read_text())
+    assert info["upstream"]["run"] == "runs/glyphs/sym50/prism/seed0" and info["trained_samples"] < 36
+    before = _lock(root)["train_chain@ms_on_prism_kept"]["outs"][0]["md5"]
+    # killed after its first epoch, then resumed by `dvc repro`: the same outputs, bit for bit
+    kill_env = {**env, "NOISYDML_STOP_AFTER_EPOCH": "1"}
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["train"]["epochs"] = 2
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    _run([sys.executable, "-m", "dvc", "repro"], root, env)  # the 2-epoch grid, uninterrupted
+    whole = _lock(root)["train_chain@ms_on_prism_kept"]["outs"][0]["md5"]
+    assert whole != before
+    killed = subprocess.run([sys.executable, "-m", "dvc", "repro", "-f", "-s", "train_chain@ms_on_prism_kept"],
+                            cwd=root, env=kill_env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode != 0 and "stopped after epoch 1" in killed.stdout + killed.stderr
+    out = _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", "train_chain@ms_on_prism_kept"], root, env)
+    assert "resuming from" in out and "after epoch 1 of 2" in out
+    assert _lock(root)["train_chain@ms_on_prism_kept"]["outs"][0]["md5"] == whole
+    # a retrained upstream re-trains the chain
+    params["methods"]["prism"]["noise_rate"] = 0.3
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = _run([sys.executable, "-m", "dvc", "repro", "train_chain@ms_on_prism_kept"], root, env)
+    assert "Running stage 'train@glyphs-sym50-prism-0'" in out and "Running stage 'train_chain@ms_on_prism_kept'" in out

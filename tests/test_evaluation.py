@@ -36,3 +36,54 @@ def test_perfect_clusters_score_one():
 def test_length_mismatch_is_an_error():
     with pytest.raises(ValueError, match="3 embeddings but 2 labels"):
         retrieval_metrics(np.ones((3, 2)), np.array([0, 1]))
+
+
+def _on_circle(degrees):
+    a = np.deg2rad(np.asarray(degrees, dtype=float))
+    return np.stack([np.cos(a), np.sin(a)], axis=1).astype(np.float32)
+
+
+def test_map_at_r_r_precision_and_recall_against_hand_computed_values():
+    """Class 0 at 0, 33, 100 degrees; class 1 at 20, 60, 78 (no ties). R = 2 for every query.
+
+    Top-2 neighbours (relevant = same class): 0 -> [20 no, 33 yes]: AP = (0 + 1/2) / 2 = 0.25, RP = 1/2;
+    33 -> [20, 60] no, no; 100 -> [78, 60] no, no; 20 -> [33, 0] no, no; 60 -> [78 yes, 33 no]: AP = 1/2;
+    78 -> [60 yes, 100 no]: AP = 1/2. MAP@R = 1.25 / 6, R-Precision = 1.5 / 6, P@1 = 2 / 6.
+    Recall@4: 0 yes, 33 yes (0 is 4th), 100 yes (33 3rd), 20 yes (60 4th), 60 yes, 78 yes = 1.
+    """
+    emb = _on_circle([0, 33, 100, 20, 60, 78])
+    labels = np.array([0, 0, 0, 1, 1, 1])
+    m = retrieval_metrics(emb, labels, recall_at=(1, 2, 4), nmi=False)
+    assert m["mean_average_precision_at_r"] == pytest.approx(1.25 / 6)
+    assert m["r_precision"] == pytest.approx(1.5 / 6)
+    assert m["precision_at_1"] == pytest.approx(2 / 6) == pytest.approx(m["recall_at_1"])
+    assert m["recall_at_2"] == pytest.approx(3 / 6)  # 0 (33 2nd), 60, 78
+    assert m["recall_at_4"] == pytest.approx(1.0)
+
+
+def test_nmi_matches_scikit_learn_on_a_known_clustering():
+    """Three far-apart locations, so k-means (3 clusters = 3 test classes) finds exactly them."""
+    from sklearn.metrics import normalized_mutual_info_score
+
+    rng = np.random.default_rng(0)
+    emb = np.repeat(_on_circle([0, 120, 240]), 2, axis=0) + rng.normal(0, 1e-3, (6, 2)).astype(np.float32)
+    labels = np.array([0, 0, 1, 1, 1, 2])
+    m = retrieval_metrics(emb, labels, recall_at=(1,), nmi=True)
+    expected = normalized_mutual_info_score(labels, [0, 0, 1, 1, 2, 2])
+    assert 0 < expected < 1 and m["nmi"] == pytest.approx(expected)
+
+
+def test_max_k_below_the_largest_class_is_flagged():
+    from noisydml.evaluation.retrieval import neighbours_used
+
+    labels = np.repeat([0, 1], [11, 3])
+    assert neighbours_used(labels, (1, 2), max_k=1023) == (10, True)
+    assert neighbours_used(labels, (1, 2), max_k=5) == (5, False)
+
+
+def test_recall_at_above_max_k_is_refused(raw_params):
+    from noisydml.config import ParamsError, validate_params
+
+    raw_params["evaluate"].update(max_k=4, recall_at=[1, 8])
+    with pytest.raises(ParamsError, match=r"evaluate.recall_at\[1\]: Recall@8 needs 8 neighbours, above evaluate.max_k"):
+        validate_params(raw_params)

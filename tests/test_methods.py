@@ -17,18 +17,21 @@ def _setup(name, num_classes=4):
     return MethodSetup(PARAMS["methods"][name], num_classes, 16, len(labels), labels, seed=0)
 
 
+@pytest.mark.parametrize("step", [0, 100_000], ids=["first-step", "past-every-warm-up"])
 @pytest.mark.parametrize("name", method_names())
-def test_every_method_gives_a_finite_differentiable_loss(name):
+def test_every_method_gives_a_finite_differentiable_loss(name, step):
+    """At step 0 (inside every warm-up) and far past them (memories, selection, proxies all engaged)."""
     torch.manual_seed(0)
     method = build_method(name, _setup(name))
-    emb = torch.nn.functional.normalize(torch.randn(16, 16), dim=1).requires_grad_()
     labels = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3])
-    loss, logs = method.loss(batch_of(emb, labels, step=0))
-    assert loss.ndim == 0 and torch.isfinite(loss)
-    loss.backward()
-    assert emb.grad is not None and torch.isfinite(emb.grad).all()
+    for i in range(3):  # a few batches, so cross-batch memories hold earlier ones
+        emb = torch.nn.functional.normalize(torch.randn(16, 16) + torch.eye(16)[labels] * 2, dim=1).requires_grad_()
+        loss, logs = method.loss(batch_of(emb, labels, step=step + i))
+        assert loss.ndim == 0 and torch.isfinite(loss)
+        loss.backward()
+        assert emb.grad is not None and torch.isfinite(emb.grad).all()
+        assert isinstance(logs, dict)
     assert emb.grad.abs().sum() > 0, "the loss must depend on the embeddings"
-    assert isinstance(logs, dict)
 
 
 @pytest.mark.parametrize("name", ["proxy_anchor", "softtriple", "proxynca", "normalized_softmax", "margin"])

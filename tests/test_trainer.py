@@ -21,12 +21,13 @@ def data():
     return ImageSet(images[train], labels[train]), ImageSet(images[test], labels[test])
 
 
-def _spec(method="mcl", epochs=3, **train):
+def _spec(method="mcl", epochs=3, hparams=None, **train):
     cfg = copy.deepcopy(PARAMS["train"])
     cfg.update({"epochs": epochs, "batch": {"classes": 3, "per_class": 2}, "backbone_width": 4, "embedding_dim": 8, **train})
     hp = copy.deepcopy(PARAMS["methods"][method])
-    if method == "mcl":
+    if method in ("mcl", "prism"):
         hp["memory_size"] = 24
+    hp.update(hparams or {})
     return RunSpec(method, hp, cfg, seed=5, data_fingerprint="test")
 
 
@@ -108,3 +109,84 @@ def test_best_validation_without_validation_classes_is_refused(raw_params):
     raw_params["train"]["validation_classes"] = 190
     with pytest.raises(ParamsError, match="leaves fewer than train.batch.classes"):
         validate_params(raw_params)
+
+
+@pytest.mark.parametrize("method, hparams", [
+    ("mcl", {"memory_warmup_steps": 2}),                                   # XBM's queue engaged from step 2
+    ("prism", {"memory_warmup_steps": 2, "warmup_steps": 2, "window": 4}),  # memory, centres and sTRM window engaged
+])
+def test_resume_is_bit_exact_with_engaged_memories(data, tmp_path, method, hparams):
+    spec = _spec(method, epochs=4, hparams=hparams)
+    steps_per = steps_per_epoch(len(data[0].labels), 6)
+    assert steps_per * 1 > hparams["memory_warmup_steps"]  # the kill comes after the memory joined the loss
+    whole = _fit(spec, data, tmp_path / "a.pt")
+    with pytest.raises(KeyboardInterrupt):
+        _fit(spec, data, tmp_path / "b.pt", stop_after_epoch=2)
+    resumed = _fit(spec, data, tmp_path / "b.pt")
+    assert resumed.resumed_from_epoch == 2
+    assert resumed.history == whole.history
+    assert torch.equal(resumed.test_embeddings, whole.test_embeddings)
+    for key, value in whole.method.state_dict().items():
+        other = resumed.method.state_dict()[key]
+        assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
+    if method == "mcl":
+        assert whole.method.loss_fn.has_been_filled or whole.method.loss_fn.queue_idx > 0
+    else:
+        assert int(whole.method.threshold.count) > 0 and int(whole.method.memory.class_counts.sum()) > 0
+
+
+def test_decisions_are_scored_by_the_trainer_not_the_method(data, tmp_path):
+    from noisydml.engine.judge import GroundTruth
+
+    train, test = data
+    noisy = np.zeros(len(train.labels), bool)
+    noisy[::4] = True
+    truth = GroundTruth(noisy, train.labels.copy(), np.ones(len(noisy), bool))
+    spec = _spec("prism", epochs=2, hparams={"memory_warmup_steps": 0, "warmup_steps": 0})
+    result = _fit(spec, data, tmp_path / "d.pt", truth=truth)
+    assert {"diag_selection_precision", "diag_selection_recall", "diag_kept_fraction"} <= set(result.history[-1])
+    assert "epoch_seconds" not in result.history[-1] and len(result.epoch_seconds) == 2
+    plain = _fit(spec, data, tmp_path / "e.pt")  # without ground truth: the same training, no scores
+    assert not any(k.startswith("diag_") for k in plain.history[-1])
+    assert torch.equal(plain.test_embeddings, result.test_embeddings)
+    assert set(result.exports) == {"keep", "keep_fraction"} and len(result.exports["keep"]) == len(train.labels)
+
+
+def test_init_state_starts_from_another_runs_weights_and_resume_ignores_it(data, tmp_path):
+    upstream = _fit(_spec("ms", epochs=1), data, tmp_path / "u.pt")
+    init = {"model": upstream.model.state_dict(), "method": None}
+    spec = _spec("ms", epochs=3)
+    whole = _fit(spec, data, tmp_path / "a.pt", init_state=init)
+    scratch = _fit(spec, data, tmp_path / "s.pt")
+    assert not torch.equal(whole.test_embeddings, scratch.test_embeddings)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(spec, data, tmp_path / "b.pt", init_state=init, stop_after_epoch=1)
+    resumed = _fit(spec, data, tmp_path / "b.pt", init_state=init)
+    assert resumed.resumed_from_epoch == 1 and torch.equal(resumed.test_embeddings, whole.test_embeddings)
+
+
+def test_a_checkpoint_of_other_code_is_not_resumed(data, tmp_path, monkeypatch, capsys):
+    import noisydml.engine.trainer as trainer
+
+    with pytest.raises(KeyboardInterrupt):
+        _fit(_spec("ms"), data, tmp_path / "c.pt", stop_after_epoch=1)
+    monkeypatch.setattr(trainer, "code_fingerprint", lambda: "edited")
+    result = _fit(_spec("ms"), data, tmp_path / "c.pt")
+    assert result.resumed_from_epoch is None
+    assert "the code changed since" in capsys.readouterr().out
+
+
+COSINE_AFTER_WARMUP = [(1 + np.cos(np.pi * k / 8)) / 2 for k in (0, 1, 4, 7)]  # 8 steps after 4 of warm-up
+
+
+@pytest.mark.parametrize("schedule, expected", [
+    # 3 epochs x 4 steps; values at steps 0, 1, 2, 3, 4, 5, 8, 11
+    ({"name": "cosine", "warmup_epochs": 1, "step_epochs": 10, "gamma": 0.1}, [0.25, 0.5, 0.75, 1.0] + COSINE_AFTER_WARMUP),
+    ({"name": "step", "warmup_epochs": 0, "step_epochs": 1, "gamma": 0.5}, [1, 1, 1, 1, 0.5, 0.5, 0.25, 0.25]),
+    ({"name": "constant", "warmup_epochs": 0, "step_epochs": 1, "gamma": 0.5}, [1.0] * 8),
+])
+def test_lr_factor(schedule, expected):
+    from noisydml.engine.trainer import lr_factor
+
+    factor = lr_factor(schedule, epochs=3, steps_per_epoch=4)
+    assert np.allclose([factor(step) for step in (0, 1, 2, 3, 4, 5, 8, 11)], expected)

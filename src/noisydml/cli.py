@@ -40,15 +40,29 @@ def check_in_grid(params: dict, **names) -> None:
         if value not in grid[section]:
             raise ParamsError(f"--{key} {value!r} is not in grid.{section} ({grid[section]})")
 
-def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable) -> None:
+def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable, chain_work: Callable | None = None) -> None:
     """A stage for one item of the grid: ``--dataset/--noise/--method/--seed`` (those in ``keys``),
-    checked against params.yaml's grid, then ``work(params, dataset=..., ...)``."""
+    checked against params.yaml's grid, then ``work(params, dataset=..., ...)``; or, with ``chain_work``,
+    ``--chain KEY`` for the chained run ``chains.<KEY>``: ``chain_work(params, key)``."""
 
     def add_args(parser):
         for key in keys:
-            parser.add_argument(f"--{key}", type=GRID_KEYS[key][1], required=True)
+            parser.add_argument(f"--{key}", type=GRID_KEYS[key][1], required=chain_work is None)
+        if chain_work is not None:
+            parser.add_argument("--chain", help="a key of params.yaml's chains section (instead of the grid options)")
 
     def body(params, args):
+        if chain_work is not None and args.chain is not None:
+            given = [f"--{k}" for k in keys if getattr(args, k) is not None]
+            if given:
+                raise ParamsError(f"--chain names its own run; drop {', '.join(given)}")
+            if args.chain not in params["chains"]:
+                raise ParamsError(f"--chain {args.chain!r} is not in chains ({', '.join(params['chains']) or 'none'})")
+            chain_work(params, args.chain)
+            return
+        missing = [f"--{k}" for k in keys if getattr(args, k) is None]
+        if missing:
+            raise ParamsError(f"missing {', '.join(missing)} (or --chain KEY)")
         item = {key: getattr(args, key) for key in keys}
         check_in_grid(params, **item)
         work(params, **item)

@@ -177,9 +177,10 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
         c["init"] = check_section(c["init"], CHAIN_INIT_SCHEMA, f"{where}.init")
         c["labels"] = check_section(c["labels"], CHAIN_LABELS_SCHEMA, f"{where}.labels")
         check_name(c["name"], f"{where}.name")
-        check_choice(c["dataset"], grid["datasets"], f"{where}.dataset", "dataset of grid.datasets")
-        check_choice(c["noise"], grid["noises"], f"{where}.noise", "noise setting of grid.noises")
-        check_choice(c["seed"], grid["seeds"], f"{where}.seed", "seed of grid.seeds")
+        hint = " (a chained run needs its upstream in the grid; or drop it: -S 'chains={}')"
+        for field, values in (("dataset", grid["datasets"]), ("noise", grid["noises"]), ("seed", grid["seeds"])):
+            if c[field] not in values:
+                raise ParamsError(f"{where}.{field}: {c[field]!r} is not in grid.{field}s ({values}){hint}")
         check_choice(c["method"], list(p["methods"]), f"{where}.method", "method")
         if c["name"] in p["methods"]:
             raise ParamsError(f"{where}.name: {c['name']!r} is a method's name; a chained run needs its own name")
@@ -196,7 +197,8 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
         if c["upstream"] not in grid["methods"] and up not in runs:
             raise ParamsError(
                 f"{where}: {c['upstream']!r} is neither a method of grid.methods ({', '.join(grid['methods'])}) "
-                f"nor a chained run of {c['dataset']}/{c['noise']}/seed {c['seed']}")
+                f"nor a chained run of {c['dataset']}/{c['noise']}/seed {c['seed']} (a chained run needs its "
+                "upstream in the grid; or drop it: -S 'chains={}')")
         seen, cur = {key}, up
         while cur in runs:  # no cycles: follow upstreams until a grid run
             nxt = runs[cur]
@@ -253,6 +255,10 @@ def validate_params(raw: Any) -> dict[str, Any]:
     p["train"] = train
     p["runtime"] = check_section(raw["runtime"], RUNTIME_SCHEMA, "runtime")
     p["evaluate"] = check_section(raw["evaluate"], EVALUATE_SCHEMA, "evaluate")
+    for i, k in enumerate(p["evaluate"]["recall_at"]):
+        if k > p["evaluate"]["max_k"]:
+            raise ParamsError(f"evaluate.recall_at[{i}]: Recall@{k} needs {k} neighbours, above evaluate.max_k "
+                              f"({p['evaluate']['max_k']}); allowed: 1..{p['evaluate']['max_k']}")
     p["tracking"] = check_section(raw["tracking"], TRACKING_SCHEMA, "tracking")
     p["report"] = check_section(raw["report"], REPORT_SCHEMA, "report")
 

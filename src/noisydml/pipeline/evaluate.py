@@ -54,3 +54,9 @@ def evaluate(params: dict, dataset: str, noise: str, method: str, seed: int, lay
     print(f"evaluate {run_name(dataset, noise, method, seed)} in {seconds:.1f}s: "
           + " ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
     return result
+
+
+def evaluate_chain(params: dict, key: str, layout: Layout = Layout(), log_to_mlflow: bool = True) -> dict:
+    """Evaluate the chained run ``chains.<key>`` (``evaluate_chain@<key>``)."""
+    c = params["chains"][key]
+    return evaluate(params, c["dataset"], c["noise"], c["name"], c["seed"], layout, log_to_mlflow)

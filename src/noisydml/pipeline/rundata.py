@@ -69,6 +69,8 @@ class RunData:
     fit_index: np.ndarray | None = None
     val_index: np.ndarray | None = None
     val_set: ImageSet | None = None
+    #: Images of every row of train_rows (held-out and chain-excluded ones too).
+    train_images: np.ndarray | None = None
 
 
 def validation_split(labels: np.ndarray, num_classes: int, seed: int) -> np.ndarray:
@@ -94,7 +96,7 @@ def load_run_data(dataset: str, noise: str, layout: Layout, validation_classes: 
     fingerprint = f"{ds.info['images_sha256']}:{int(labels_digest)}"
     if not validation_classes:
         return RunData(train_rows, test_rows, noisy, ImageSet(train_images, labels), test_set, truth, sample_ids,
-                       fingerprint)
+                       fingerprint, train_images=train_images)
     num_labels = len(np.unique(labels))
     if validation_classes >= num_labels:
         raise DatasetError(f"train.validation_classes: {validation_classes} held out, but {dataset}/{noise}'s "
@@ -109,4 +111,53 @@ def load_run_data(dataset: str, noise: str, layout: Layout, validation_classes: 
     fit_truth.true_label = np.where(fit_truth.true_label >= 0, renumber[fit_truth.true_label], -1)
     return RunData(train_rows, test_rows, noisy, ImageSet(train_images[fit_index], fit_labels), test_set,
                    fit_truth, sample_ids[fit_index], f"{fingerprint}:val{validation_classes}", fit_index, val_index,
-                   ImageSet(train_images[val_index], labels[val_index]))
+                   ImageSet(train_images[val_index], labels[val_index]), train_images)
+
+
+def take_upstream(data: RunData, upstream_dir: Path, labels: dict, inputs: list[str], where: str):
+    """Apply what a chained run takes from its upstream's exports (``exports.npz``, keyed by sample id).
+
+    ``labels.label``: train on that export's labels (training-label ids, -1 = no label: the sample is left out);
+    ``labels.keep``: train only on samples whose export is 1 (left-out samples are never drawn by the sampler).
+    Ground truth follows: a sample is noisy when the label it now trains on is not its true class.
+    Returns ``(data, inputs by name aligned with the kept rows, sha256 of exports.npz or None)``.
+    """
+    needed = [n for n in (labels["label"], labels["keep"], *inputs) if n]
+    if not needed:
+        return data, {}, None
+    path = upstream_dir / "exports.npz"
+    if not path.is_file():
+        raise DatasetError(f"{where}: {path} is missing: the upstream run exports nothing; it must be trained by a "
+                           "method whose export() writes " + ", ".join(repr(n) for n in needed))
+    exported = dict(np.load(path))
+    missing = [n for n in needed if n not in exported]
+    if missing:
+        raise DatasetError(f"{where}: the upstream exports {sorted(k for k in exported if k != 'sample_id')}, "
+                           f"not {missing}")
+    position = pd.Series(np.arange(len(exported["sample_id"])), index=exported["sample_id"])
+    rows = position.reindex(data.sample_ids).to_numpy()
+    if np.isnan(rows).any():
+        raise DatasetError(f"{where}: {path} has no value for {int(np.isnan(rows).sum())} training samples")
+    rows = rows.astype(np.int64)
+    labels_now = data.train_set.labels.copy()
+    if labels["label"]:
+        labels_now = exported[labels["label"]][rows].astype(np.int64)
+    keep = labels_now >= 0
+    if labels["keep"]:
+        keep &= exported[labels["keep"]][rows] > 0.5
+    if keep.sum() == 0:
+        raise DatasetError(f"{where}: the upstream's exports keep no training sample")
+    kept_classes, dense = np.unique(labels_now[keep], return_inverse=True)
+    truth = data.truth.subset(np.flatnonzero(keep))
+    renumber = np.full(max(int(kept_classes.max()), int(truth.true_label.max(initial=0))) + 2, -1, np.int64)
+    renumber[kept_classes] = np.arange(len(kept_classes))
+    truth.true_label = np.where(truth.true_label >= 0, renumber[truth.true_label], -1)
+    if labels["label"]:
+        truth.is_noisy = dense != truth.true_label
+    taken = {name: exported[name][rows][keep] for name in inputs}
+    train_set = ImageSet(data.train_set.images[keep], dense)
+    digest = sha256_file(path)
+    data = RunData(data.train_rows, data.test_rows, data.noisy, train_set, data.test_set, truth,
+                   data.sample_ids[keep], f"{data.fingerprint}:upstream:{digest}", data.fit_index, data.val_index,
+                   data.val_set, data.train_images)
+    return data, taken, digest

@@ -8,6 +8,7 @@ goes to ``.runinfo/`` beside it, outside DVC's outputs.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,55 +17,101 @@ import torch
 
 from noisydml import io
 from noisydml.config import run_name
-from noisydml.engine.trainer import RunSpec, Trainer
+from noisydml.data.prepared import sha256_file
+from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, embed
 from noisydml.methods import check_method
 from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
-from noisydml.pipeline.rundata import load_run_data
+from noisydml.pipeline.rundata import load_run_data, take_upstream
 from noisydml.reporting.plots import plot_history
+from noisydml.schema import ParamsError
 from noisydml.tracking import MlflowTracker, git_commit
 
 
 def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout()) -> Path:
+    """Train one run of the grid (``train@<dataset>-<noise>-<method>-<seed>``)."""
+    return _train(params, dataset, noise, method, seed, method, None, layout)
+
+
+def train_chain(params: dict, key: str, layout: Layout = Layout()) -> Path:
+    """Train the chained run ``chains.<key>`` (``train_chain@<key>``) from its upstream's folder."""
+    if key not in params["chains"]:
+        raise ParamsError(f"--chain {key!r} is not in chains ({', '.join(params['chains']) or 'none'})")
+    c = params["chains"][key]
+    return _train(params, c["dataset"], c["noise"], c["method"], c["seed"], c["name"], c, layout)
+
+
+def _upstream(chain: dict, data, layout: Layout, key_where: str):
+    """What a chained run takes from its upstream: data (labels, kept samples), inputs, initial state."""
+    upstream_dir = layout.run(chain["dataset"], chain["noise"], chain["upstream"], chain["seed"])
+    if not (upstream_dir / "model.pt").is_file():
+        raise FileNotFoundError(f"{key_where}: the upstream run {upstream_dir} is not trained yet; `dvc repro` "
+                                "trains it first (the chain's stage depends on it)")
+    data, inputs, exports_sha = take_upstream(data, upstream_dir, chain["labels"], chain["inputs"], key_where)
+    init_state = None
+    if chain["init"]["model"] or chain["init"]["method"]:
+        saved = torch.load(upstream_dir / "model.pt", map_location="cpu", weights_only=False)
+        init_state = {"model": saved["model"] if chain["init"]["model"] else None,
+                      "method": saved["method"] if chain["init"]["method"] else None}
+    upstream = {"run": str(upstream_dir.relative_to(layout.root)), "model_sha256": sha256_file(upstream_dir / "model.pt"),
+                "exports_sha256": exports_sha, "init": chain["init"], "labels": chain["labels"], "inputs": chain["inputs"]}
+    return data, inputs, init_state, upstream
+
+
+def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_in_grid: str, chain: dict | None,
+           layout: Layout) -> Path:
     """Train one run; write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``)."""
     hparams = check_method(params, method)
     check_backbone(params["train"])
     data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
+    inputs, init_state, upstream = {}, None, {}
+    name = run_name(dataset, noise, name_in_grid, seed)
+    if chain is not None:
+        data, inputs, init_state, upstream = _upstream(chain, data, layout, f"chained run {name}")
     spec = RunSpec(method=method, method_hparams=hparams, train=params["train"], seed=seed,
-                   data_fingerprint=data.fingerprint, evaluate=params["evaluate"])
-    name = run_name(dataset, noise, method, seed)
+                   data_fingerprint=data.fingerprint, evaluate=params["evaluate"], upstream=upstream)
     tracker = MlflowTracker(
         params["tracking"]["experiment"],
         name,
         params={
             "dataset": dataset, "noise": noise, "method": method, "seed": seed,
             "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
-            "method_hparams": hparams, "train": params["train"],
+            "method_hparams": hparams, "train": params["train"], **({"chain": chain} if chain else {}),
         },
-        tags={"dvc_stage": f"train@{name}", "git_commit": git_commit(layout.root), "dataset": dataset,
-              "noise": noise, "method": method, "seed": str(seed), "run_fingerprint": spec.fingerprint()},
+        tags={"dvc_stage": f"train_chain@{name}" if chain else f"train@{name}", "git_commit": git_commit(layout.root),
+              "dataset": dataset, "noise": noise, "method": method, "seed": str(seed),
+              "run_fingerprint": spec.fingerprint(), **({"upstream": upstream["run"]} if chain else {})},
     )
-    checkpoint = layout.checkpoint(dataset, noise, method, seed)
+    checkpoint = layout.checkpoint(dataset, noise, name_in_grid, seed)
+    # NOISYDML_STOP_AFTER_EPOCH=k stops the run after epoch k's checkpoint, as a kill would (tests of resume)
+    stop = os.environ.get("NOISYDML_STOP_AFTER_EPOCH")
     trainer = Trainer(spec, data.train_set, data.test_set, checkpoint, tracker=tracker, runtime=params["runtime"],
-                      val_set=data.val_set, truth=data.truth, sample_ids=data.sample_ids)
+                      val_set=data.val_set, truth=data.truth, sample_ids=data.sample_ids, inputs=inputs,
+                      init_state=init_state, stop_after_epoch=int(stop) if stop else None)
     try:
         result = trainer.fit()
     except BaseException:
         tracker.end(status="KILLED")
         raise
 
-    out = layout.run(dataset, noise, method, seed)
+    out = layout.run(dataset, noise, name_in_grid, seed)
     history = pd.DataFrame(result.history)
     with io.atomic_dir(out) as tmp:
         torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),
                     "train": params["train"], "method_name": method}, tmp / "model.pt")
         np.savez(tmp / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
                  labels=data.test_set.labels, sample_ids=data.test_rows["sample_id"].to_numpy())
-        train_embeddings = result.train_embeddings.numpy()
-        if data.val_index is not None:  # every training sample, in the split's order, held-out ones included
-            train_embeddings = np.empty((len(data.train_rows), train_embeddings.shape[1]), np.float32)
-            train_embeddings[data.fit_index] = result.train_embeddings.numpy()
+        # every training sample, in the split's order (held-out and chain-excluded ones included)
+        train_embeddings = np.empty((len(data.train_rows), result.train_embeddings.shape[1]), np.float32)
+        position = pd.Series(np.arange(len(data.train_rows)), index=data.train_rows["sample_id"].to_numpy())
+        train_embeddings[position[data.sample_ids].to_numpy()] = result.train_embeddings.numpy()
+        others = np.setdiff1d(np.arange(len(data.train_rows)), position[data.sample_ids].to_numpy())
+        if data.val_index is not None:
             train_embeddings[data.val_index] = result.val_embeddings.numpy()
+            others = np.setdiff1d(others, data.val_index)
+        if len(others):  # samples a chained run left out: embedded by the final model too
+            x = ImageSet(data.train_images[others], np.zeros(len(others))).tensor()
+            train_embeddings[others] = embed(result.model, x, next(result.model.parameters()).device).numpy()
         np.savez(tmp / TRAIN_EMBEDDINGS, embeddings=train_embeddings,
                  sample_ids=data.train_rows["sample_id"].to_numpy(), labels=data.noisy["label"].to_numpy(),
                  true_labels=data.noisy["true_label"].to_numpy())
@@ -73,12 +120,13 @@ def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout
         history.to_csv(tmp / "history.csv", index=False)
         plot_history(history, name, tmp / "training_curves.png")
         io.write_json(tmp / "run.json", {
-            "run_name": name, "fingerprint": spec.fingerprint(), "epochs": params["train"]["epochs"],
+            "run_name": name, "method": method, "fingerprint": spec.fingerprint(), "epochs": params["train"]["epochs"],
             "selected_epoch": result.selected_epoch, "model_selection": params["train"]["model_selection"],
             "validation_classes": params["train"]["validation_classes"], "exports": sorted(result.exports),
+            "trained_samples": int(len(data.sample_ids)), "upstream": upstream or None,
             "environment": result.device,
         })
-    io.write_json(layout.volatile(dataset, noise, method, seed), {
+    io.write_json(layout.volatile(dataset, noise, name_in_grid, seed), {
         "mlflow_run_id": result.run_id, "resumed_from_epoch": result.resumed_from_epoch,
         "epoch_seconds": result.epoch_seconds, "fingerprint": spec.fingerprint(),
     })

@@ -15,10 +15,24 @@ import pandas as pd
 from noisydml import io
 
 
-def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.DataFrame:
+def runs_of(params: dict) -> list[tuple[str, str, str, int, str]]:
+    """Every run the report shows: ``(dataset, noise, name, seed, kind)`` for the grid's runs (name = method,
+    kind ``grid``) and the chained runs (name = the chain's name, kind ``chain``)."""
     grid = params["grid"]
+    runs = [(d, n, m, s, "grid") for d, n, m, s in
+            itertools.product(grid["datasets"], grid["noises"], grid["methods"], grid["seeds"])]
+    runs += [(c["dataset"], c["noise"], c["name"], c["seed"], "chain") for c in params["chains"].values()]
+    return runs
+
+
+def row_names(params: dict) -> list[str]:
+    """Rows of the results table: the grid's methods, then the chained runs' names."""
+    return list(dict.fromkeys([*params["grid"]["methods"], *(c["name"] for c in params["chains"].values())]))
+
+
+def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.DataFrame:
     rows = []
-    for dataset, noise, method, seed in itertools.product(grid["datasets"], grid["noises"], grid["methods"], grid["seeds"]):
+    for dataset, noise, method, seed, kind in runs_of(params):
         path = layout.metrics(dataset, noise, method, seed)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; run `dvc repro` to evaluate every run of the grid")
@@ -28,7 +42,7 @@ def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.Data
         rows.append({
             "dataset": dataset, "noise": noise, "noise_kind": setting["kind"],
             "noise_rate": setting["nominal_rate"], "actual_noise_rate": setting["actual_rate"],
-            "method": method, "seed": seed, **result["metrics"],
+            "method": method, "run_kind": kind, "seed": seed, **result["metrics"],
             "map_at_r_exact": result.get("map_at_r_exact", True), "k_used": result.get("k_used"),
             # the trainer's scores of the method's decisions: per-epoch lists and final values
             **{k: v for k, v in training.items() if k.startswith(("diag_", "final_diag_"))},
@@ -85,14 +99,17 @@ def markdown_table(summary: pd.DataFrame, metrics: list[str], params: dict) -> s
         "|" + "---|" * (len(columns) + 1),
     ]
     indexed = summary.set_index(["dataset", "noise", "method"])
-    for method in grid["methods"]:
+    for method in row_names(params):
         cells = []
         for d, n in columns:
+            if (d, n, method) not in indexed.index:
+                cells.append("-")  # a chained run exists only where its entry in `chains` puts it
+                continue
             row = indexed.loc[(d, n, method)]
             parts = []
             for m in metrics:
                 text = f"{100 * row[m]:.1f}"
-                if row["seeds"] > 1:
+                if row["seeds"] > 1 and pd.notna(row[m + "_std"]):
                     text += f"±{100 * row[m + '_std']:.1f}"
                 parts.append(text)
             cells.append(" / ".join(parts))
@@ -216,7 +233,18 @@ def write_report(params: dict, layout) -> Path:
                  for d in params["grid"]["datasets"] for n in params["grid"]["noises"]}
     nominal = {f"{r.dataset}/{r.noise}": r.nominal_rate for r in noise.itertuples()}
 
-    md = ["# Results", "", markdown_table(summary, shown, params), "",
+    chains = [f"- **{c['name']}** ({c['dataset']}/{c['noise']}, seed {c['seed']}): `{c['method']}` trained after "
+              f"`{c['upstream']}`, taking " + ", ".join(
+                  [f"its {'/'.join(k for k, v in c['init'].items() if v)} weights" for _ in [0] if any(c["init"].values())]
+                  + [f"its exported labels `{c['labels']['label']}`" for _ in [0] if c["labels"]["label"]]
+                  + [f"only the samples its export `{c['labels']['keep']}` keeps" for _ in [0] if c["labels"]["keep"]]
+                  + [f"inputs {c['inputs']}" for _ in [0] if c["inputs"]])
+              for c in params["chains"].values()]
+    md = ["# Results", "", markdown_table(summary, shown, params), ""]
+    if chains:
+        md += ["Chained runs (params.yaml `chains`; each is a DVC stage that depends on its upstream run):", "",
+               *chains, ""]
+    md += [
           "![P@1 against noise rate](p_at_1_vs_noise.png)", "",
           "## Noise settings", "",
           "What each setting did to the training labels. Flip rate: share of a class's own images "
