@@ -103,29 +103,45 @@ def clean_probability(memory: ClassCentreMemory, embeddings: torch.Tensor, label
 
 
 class SlidingThreshold(nn.Module):
-    """TRM (window 1) and sTRM: the mean of the last ``window`` batch quantiles ``Q_t``."""
+    """TRM (window 1) and sTRM: the mean of the last ``window`` batch quantiles ``Q_t``, over scorable samples.
 
-    def __init__(self, noise_rate: float, window: int):
+    A sample is *scorable* when its class has features in the memory. Only scorable samples are ranked:
+    ``Q_t`` is the ``floor(R * n_s)``-th lowest ``P_clean`` of the ``n_s`` scorable samples of the batch.
+    Unscorable samples are kept (``unscorable: keep``, our default) or dropped (``drop``). The authors' code
+    ranks every sample with ``P_clean = 1`` for unscorable ones; with more classes than the memory holds
+    (SOP: 11,318 classes, memory 8,192) most of a batch is unscorable, the quantile is 1.0, every batch takes
+    the fallback, and the fallback drops exactly the scorable samples: nothing scorable is ever kept.
+    """
+
+    def __init__(self, noise_rate: float, window: int, keep_unscorable: bool = True):
         super().__init__()
-        self.noise_rate, self.window = noise_rate, window
+        self.noise_rate, self.window, self.keep_unscorable = noise_rate, window, keep_unscorable
         self.register_buffer("values", torch.zeros(window, dtype=torch.float64))
         self.register_buffer("count", torch.zeros((), dtype=torch.long))
+        #: whether the last call fell back to dropping the lowest floor(R * n_s) (nothing above the mean)
+        self.fell_back = False
 
     @torch.no_grad()
-    def select(self, p_clean: torch.Tensor) -> tuple[torch.Tensor, float]:
+    def select(self, p_clean: torch.Tensor, scorable: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
         """The keep mask of a batch and the threshold used (NaN when nothing is filtered)."""
         n = len(p_clean)
-        k = math.floor(self.noise_rate * n)
-        if k == 0:
-            return torch.ones(n, dtype=torch.bool, device=p_clean.device), float("nan")
-        q = torch.kthvalue(p_clean.double(), k).values  # the highest of the k removal candidates
+        scorable = torch.ones(n, dtype=torch.bool, device=p_clean.device) if scorable is None else scorable
+        keep = ~scorable if self.keep_unscorable else torch.zeros(n, dtype=torch.bool, device=p_clean.device)
+        self.fell_back = False
+        scores = p_clean.double()[scorable]
+        k = math.floor(self.noise_rate * len(scores))
+        if k == 0:  # nothing to rank: keep every scorable sample, leave the window as it is
+            return keep | scorable, float("nan")
+        q = torch.kthvalue(scores, k).values  # the highest of the k removal candidates
         self.values[int(self.count) % self.window] = q
         self.count += 1
         threshold = self.values[: min(int(self.count), self.window)].mean()
-        keep = p_clean.double() > threshold
-        if not keep.any():  # nothing above the window mean: drop the lowest k of this batch instead
-            keep = torch.zeros(n, dtype=torch.bool, device=p_clean.device)
-            keep[torch.argsort(p_clean, descending=True, stable=True)[: n - k]] = True
+        above = scores > threshold
+        if not above.any():  # nothing above the window mean: drop the lowest k scorable samples instead
+            self.fell_back = True
+            above = torch.zeros(len(scores), dtype=torch.bool, device=p_clean.device)
+            above[torch.argsort(scores, descending=True, stable=True)[: len(scores) - k]] = True
+        keep[torch.nonzero(scorable).squeeze(1)[above]] = True
         return keep, float(threshold)
 
 
@@ -136,6 +152,9 @@ PRISM_SCHEMA = {
     "centres": Field(bool, True, help="P_clean from class centres (Eq. 7) or from every memory feature (Eq. 3)"),
     "warmup_steps": Field(int, 0, min=0, help="steps at the start that keep every sample"),
     "memory_size": Field(int, 8192, min=1, help="M: features in the memory bank (and XBM's memory for prism)"),
+    "unscorable": Field(str, "keep", choices=("keep", "drop"),
+                        help="ours: samples whose class has no feature in the memory (no P_clean) are kept or dropped; "
+                             "the threshold ranks scorable samples only"),
 }
 
 
@@ -152,7 +171,7 @@ class PrismMethod(Method):
         self.base = PMLMethod(MethodSetup(base_hparams, setup.num_classes, setup.embedding_dim, setup.dataset_size,
                                           setup.train_labels, setup.seed), BASELINES[base_name])
         self.memory = ClassCentreMemory(hp["memory_size"], setup.embedding_dim, setup.num_classes)
-        self.threshold = SlidingThreshold(hp["noise_rate"], hp["window"])
+        self.threshold = SlidingThreshold(hp["noise_rate"], hp["window"], keep_unscorable=hp["unscorable"] == "keep")
         # This epoch's visits of every row and how many of them were kept (the decisions to be judged, and
         # the export). Buffers, so a run restored from its last checkpoint exports the same decisions.
         self.register_buffer("visits", torch.zeros(setup.dataset_size, dtype=torch.long))
@@ -164,17 +183,21 @@ class PrismMethod(Method):
         if step < self.hparams["warmup_steps"] or self.hparams["noise_rate"] == 0:
             return torch.ones(len(labels), dtype=torch.bool, device=labels.device)
         p_clean = clean_probability(self.memory, embeddings, labels, centres=self.hparams["centres"])
-        keep, self._last_threshold = self.threshold.select(p_clean)
+        scorable = self.memory.class_counts[labels] > 0
+        keep, self._last_threshold = self.threshold.select(p_clean, scorable)
         return keep
 
     def loss(self, batch: Batch):
+        scorable_share = float((self.memory.class_counts[batch.labels] > 0).float().mean())
+        self.threshold.fell_back = False
         keep = self.select(batch.embeddings, batch.labels, batch.step)
         kept = batch.subset(keep)
         self.memory.enqueue(kept.embeddings, kept.labels)  # lines 15-18: only kept samples, centres updated
         value = self.base.loss_of(kept.embeddings, kept.labels, batch.step)
         self.visits.index_add_(0, batch.index, torch.ones_like(batch.index))
         self.kept_visits.index_add_(0, batch.index, keep.long())
-        return value, {}
+        # per batch, averaged per epoch by the trainer: scorable share, and whether the fallback was taken
+        return value, {"fallback_rate": float(self.threshold.fell_back), "scorable_fraction": scorable_share}
 
     def on_epoch_start(self, ctx: EpochContext) -> dict[str, float]:
         self.visits.zero_()
