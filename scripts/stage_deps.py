@@ -1,7 +1,8 @@
 """Print the noisydml source files each DVC stage imports (its code dependencies for dvc.yaml).
 
-    python scripts/stage_deps.py            # every stage script
-    python scripts/stage_deps.py train      # one
+    python scripts/stage_deps.py                    # every stage script
+    python scripts/stage_deps.py train              # one
+    python scripts/stage_deps.py --update-dvc-yaml  # rewrite the code deps in dvc.yaml
 
 The closure follows every ``import noisydml...`` / ``from noisydml... import ...``
 statement, at module level or inside functions, and the package ``__init__``
@@ -67,7 +68,47 @@ def relative(paths) -> list[str]:
     return sorted(str(Path(p).resolve().relative_to(REPO)) for p in paths)
 
 
+#: Stages of dvc.yaml -> the stage script whose closure is their code (train_chain runs stages/train.py).
+SCRIPT_OF = {"train_chain": "train"}
+
+
+def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
+    """Rewrite the code deps (src/..., stages/...) of every stage of dvc.yaml to its closure; True if changed.
+
+    Templated deps (``${...}``: a method's module) and ``src/noisydml/methods/parts`` are kept as they are."""
+    lines = path.read_text().splitlines(keepends=True)
+    out, stage, i = [], None, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("  ") and not line.startswith("   ") and line.rstrip().endswith(":"):
+            stage = line.strip()[:-1]
+        out.append(line)
+        if line.strip() == "deps:" and stage:
+            indent = line[: len(line) - len(line.lstrip())] + "  "
+            j = i + 1
+            kept = []
+            while j < len(lines) and lines[j].startswith(indent + "- "):
+                dep = lines[j].strip()[2:]
+                if dep.startswith(("src/", "stages/")) and "${" not in dep and dep != "src/noisydml/methods/parts":
+                    j += 1
+                    continue
+                kept.append(lines[j])
+                j += 1
+            script = REPO / "stages" / f"{SCRIPT_OF.get(stage, stage)}.py"
+            out += [f"{indent}- {f}\n" for f in relative(closure(script))] + kept
+            i = j
+            continue
+        i += 1
+    text = "".join(out)
+    changed = text != path.read_text()
+    path.write_text(text)
+    return changed
+
+
 def main(argv: list[str]) -> None:
+    if argv == ["--update-dvc-yaml"]:
+        print("dvc.yaml updated" if update_dvc_yaml() else "dvc.yaml already up to date")
+        return
     stages = argv or sorted(p.stem for p in (REPO / "stages").glob("*.py"))
     for stage in stages:
         print(f"{stage}:")

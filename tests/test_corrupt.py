@@ -174,7 +174,12 @@ class _NoTracking:
     def __init__(self, *args, **kwargs):
         pass
 
+    run_id = None
+
     def start(self, run_id=None):
+        return None
+
+    def current_run_id(self):
         return None
 
     def log_metrics(self, *args, **kwargs):

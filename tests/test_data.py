@@ -128,3 +128,21 @@ def test_folder_dataset_prepares_through_the_registry(tmp_path):
     assert set(ds.split("test")["class_name"]) == {"class3", "class4", "class5"}
     # the images are the files' pixels: class c, image i was filled with 10*c + i
     assert ds.images[ds.manifest.index[ds.manifest["class_name"] == "class4"][1]].max() == 41
+
+
+def test_atomic_outputs_have_normal_permissions(tmp_path):
+    """mkstemp/mkdtemp make 0600 files and 0700 folders; outputs must be readable by a group (umask 022)."""
+    import os
+    import stat
+
+    from noisydml import io
+
+    old = os.umask(0o022)
+    try:
+        io.write_json(tmp_path / "a.json", {"x": 1})
+        with io.atomic_dir(tmp_path / "out") as tmp:
+            (tmp / "f.txt").write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755

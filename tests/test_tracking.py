@@ -40,3 +40,55 @@ def test_experiment_artifacts_live_in_the_main_repo(tmp_path, monkeypatch):
     ensure_experiment("exp")  # idempotent
     assert mlflow.get_experiment_by_name("exp").artifact_location == (tmp_path / "mlartifacts").as_uri()
     assert (tmp_path / "mlflow.db").is_file()
+
+
+def test_background_tracker_logs_in_order_resumes_and_survives_a_bad_run_id(tmp_path, monkeypatch, capsys):
+    import mlflow
+
+    from noisydml.tracking import MlflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "note.txt").write_text("x")
+    tracker = MlflowTracker("exp", "run-a", params={"a": {"b": 1}}, tags={"t": "1"})
+    tracker.start()
+    for step in (1, 2, 3):
+        tracker.log_metrics({"loss": 1.0 / step}, step=step)
+    tracker.log_artifact(tmp_path / "note.txt")
+    run_id = tracker.run_id
+    tracker.end()
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"a.b": "1"} and run.data.tags["t"] == "1"
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2, 3]
+    # resume: the same run is re-opened and continued
+    again = MlflowTracker("exp", "run-a", params={}, tags={})
+    again.start(run_id)
+    again.log_metrics({"loss": 0.1}, step=4)
+    assert again.run_id == run_id
+    again.end(status="KILLED")
+    assert client.get_run(run_id).info.status == "KILLED" and len(client.get_metric_history(run_id, "loss")) == 4
+    # a run id this database does not know (runs trained elsewhere): a warning and a new run
+    other = MlflowTracker("exp", "run-b", params={}, tags={})
+    other.start("0123456789abcdef")
+    assert other.run_id not in (None, "0123456789abcdef")
+    other.end()
+    assert "re-opening run 0123456789abcdef" in capsys.readouterr().out
+
+
+def test_tracker_failure_never_stops_training(tmp_path, monkeypatch, capsys):
+    import mlflow.store.db.utils
+
+    from noisydml.tracking import MlflowTracker
+
+    monkeypatch.setattr(mlflow.store.db.utils, "MAX_RETRY_COUNT", 0)  # MLflow retries a failing database ~100 s
+
+    (tmp_path / "mlflow.db").mkdir()  # a database that cannot be opened
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = MlflowTracker("exp", "run", params={}, tags={})
+    tracker.start()
+    tracker.log_metrics({"loss": 1.0}, step=1)
+    assert tracker.run_id is None
+    tracker.end()
+    assert "warning: MLflow start failed" in capsys.readouterr().out

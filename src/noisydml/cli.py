@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
+from pathlib import Path
 from typing import Callable
 
 from noisydml.config import load_params
@@ -11,14 +15,44 @@ from noisydml.data import DatasetError
 from noisydml.schema import ParamsError
 
 
+def _process_start() -> float:
+    """When this process started (so the record includes interpreter start-up and imports)."""
+    try:
+        import psutil
+
+        return psutil.Process(os.getpid()).create_time()
+    except Exception:  # noqa: BLE001 - a timing record must never fail a stage
+        return time.time()
+
+
+def _record_timing(name: str, started: float, body_start: float) -> None:
+    """``.runinfo/stages/<name>.json``: where this stage process's time went (``scripts/pipeline_breakdown.py``).
+
+    Outside DVC's outputs and git: seconds are volatile."""
+    try:
+        path = Path(".runinfo") / "stages" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        end = time.time()
+        path.write_text(json.dumps({"stage": name, "process_start": started, "body_start": body_start,
+                                    "end": end, "startup_seconds": body_start - started,
+                                    "wall_seconds": end - started}) + "\n")
+    except OSError:
+        pass
+
+
 def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], None], body: Callable) -> None:
+    started = _process_start()
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     add_args(parser)
     args = parser.parse_args()
+    stage = Path(sys.argv[0]).stem
+    name = "@".join([stage, "-".join(str(v) for k, v in vars(args).items() if k != "params" and v is not None)])
     try:
         params = load_params(args.params)
+        body_start = time.time()
         body(params, args)
+        _record_timing(name.rstrip("@"), started, body_start)
     except ParamsError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

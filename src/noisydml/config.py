@@ -13,6 +13,7 @@ the file around them.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -64,7 +65,6 @@ RUNTIME_SCHEMA = {
     "device": Field(str, "auto", choices=("auto", "cpu", "cuda"),
                     help="auto = CUDA when present (says so when it falls back to the CPU)"),
     "threads": Field(int, 0, min=0, help="torch CPU threads; 0 = torch's default"),
-    "workers": Field(int, 0, min=0, help="DataLoader worker processes for image datasets read from disk"),
     "progress": Field(bool, True, help="progress bars"),
     "deterministic": Field(bool, False, help="torch.use_deterministic_algorithms (GPU runs bit-exact, slower)"),
 }
@@ -312,3 +312,13 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 def run_name(dataset: str, noise: str, method: str, seed: int) -> str:
     """The name of one training run, as DVC's matrix names it (``train@<run_name>``)."""
     return f"{dataset}-{noise}-{method}-{seed}"
+
+
+def runs_of(params: dict) -> list[tuple[str, str, str, int, str]]:
+    """Every run of params: ``(dataset, noise, name, seed, kind)`` for the grid's runs (name = method, kind
+    ``grid``) and the chained runs (name = the chain's name, kind ``chain``)."""
+    grid = params["grid"]
+    runs = [(d, n, m, s, "grid") for d, n, m, s in
+            itertools.product(grid["datasets"], grid["noises"], grid["methods"], grid["seeds"])]
+    runs += [(c["dataset"], c["noise"], c["name"], c["seed"], "chain") for c in params["chains"].values()]
+    return runs

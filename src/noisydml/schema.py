@@ -114,3 +114,13 @@ def check_choice(value: Any, allowed: Sequence[str], where: str, what: str) -> s
             f"{where}: unknown {what} {value!r}; allowed: {', '.join(sorted(allowed)) or '(none defined)'}"
         )
     return value
+
+
+def check_kinded(params: dict, section: str, name: str, kinds: Mapping[str, Any], what: str) -> dict:
+    """Validate ``<section>.<name>`` (a mapping with a ``kind``) with that kind's ``check(body, where)``;
+    store the result (defaults filled in) back into params and return it."""
+    body = params[section][name]
+    where = f"{section}.{name}"
+    kind = check_choice(body["kind"], list(kinds), f"{where}.kind", f"{what} kind")
+    params[section][name] = {"kind": kind, **kinds[kind].check({k: v for k, v in body.items() if k != "kind"}, where)}
+    return params[section][name]

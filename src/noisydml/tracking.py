@@ -9,7 +9,9 @@ points at the main repository's database there, so those runs are kept.
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,16 +77,26 @@ def artifact_root(start: str | Path = ".") -> str:
 
 
 def ensure_experiment(name: str) -> None:
+    """Create (if needed) and select experiment ``name`` in the fluent API (the evaluate stage's logging)."""
     import mlflow
+
+    experiment_id(mlflow.MlflowClient(), name)
+    mlflow.set_experiment(name)
+
+
+def experiment_id(client, name: str) -> str:
+    """The id of experiment ``name``, created with artifacts under the main repository if missing."""
     from mlflow.exceptions import MlflowException
 
-    if mlflow.get_experiment_by_name(name) is None:
-        try:
-            mlflow.create_experiment(name, artifact_location=artifact_root())
-        except MlflowException as e:  # created meanwhile by a parallel run
-            if "already exists" not in str(e):
-                raise
-    mlflow.set_experiment(name)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_root())
+    except MlflowException as e:  # created meanwhile by a parallel run
+        if "already exists" not in str(e):
+            raise
+        return client.get_experiment_by_name(name).experiment_id
 
 
 def _warn(what: str, error: Exception) -> None:
@@ -93,7 +105,11 @@ def _warn(what: str, error: Exception) -> None:
 
 
 class MlflowTracker:
-    """Starts (or re-opens, on resume) one MLflow run and logs into it.
+    """One MLflow run per training run, logged from a background thread.
+
+    ``start()`` returns at once: a worker thread imports MLflow, opens the run (or re-opens it on resume) and
+    then applies the logging calls in order while the epochs train, so MLflow's import and database work
+    overlap training instead of adding to it. ``end()`` flushes and closes the run.
 
     Best effort: a missing, locked or foreign ``mlflow.db`` (runs pulled from a remote, another machine)
     prints a warning once and the run goes on untracked; no DVC output depends on MLflow.
@@ -104,53 +120,98 @@ class MlflowTracker:
         self.run_name = run_name
         self.params = flatten(params)
         self.tags = tags
-        self.run_id: str | None = None
-        self.mlflow = None
+        self._run_id: str | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._opened = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed = False
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run id (waits for the worker to open the run; None when tracking failed)."""
+        if self._thread is not None:
+            self._opened.wait(timeout=300)
+        return self._run_id
+
+    def current_run_id(self) -> str | None:
+        """The run id if the run is open already, else None; never waits (checkpoints during training)."""
+        return self._run_id
+
+    def start(self, run_id: str | None = None) -> None:
+        self._thread = threading.Thread(target=self._work, args=(run_id,), name="mlflow-tracker", daemon=True)
+        self._thread.start()
+
+    def _open(self, client, resume_id: str | None) -> str:
+        from mlflow.entities import Param
+
+        exp = _retry_when_locked(lambda: experiment_id(client, self.experiment))
+        if resume_id is not None:
+            try:
+                client.get_run(resume_id)
+                client.update_run(resume_id, status="RUNNING")
+                return resume_id
+            except Exception as e:  # noqa: BLE001 - a resumed run whose MLflow run is gone: a new one
+                _warn(f"re-opening run {resume_id}", e)
+        run_id = client.create_run(exp, run_name=self.run_name, tags=self.tags).info.run_id
+        # MLflow caps a param value at 6000 characters and a batch at 100 params; ours are short.
+        params = [Param(k, str(v)) for k, v in self.params.items()]
+        for i in range(0, len(params), 100):
+            client.log_batch(run_id, params=params[i : i + 100])
+        return run_id
+
+    def _work(self, resume_id: str | None) -> None:
+        client = None
         try:
             import mlflow
 
             mlflow.set_tracking_uri(tracking_uri())
-            self.mlflow = mlflow
+            client = mlflow.MlflowClient(tracking_uri())
+            self._run_id = self._open(client, resume_id)
         except Exception as e:  # noqa: BLE001 - tracking must never stop a stage
-            _warn("set-up", e)
+            _warn("start", e)
+            self._failed = True
+        finally:
+            self._opened.set()
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            what, call = item
+            if self._failed:
+                continue
+            try:
+                call(client, self._run_id)
+            except Exception as e:  # noqa: BLE001
+                _warn(what, e)
+                self._failed = True
 
-    def _call(self, what: str, fn):
-        if self.mlflow is None:
-            return None
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001
-            _warn(what, e)
-            self.mlflow = None
-            return None
-
-    def start(self, run_id: str | None = None) -> str | None:
-        def start():
-            mlflow = self.mlflow
-            _retry_when_locked(lambda: ensure_experiment(self.experiment))
-            run = None
-            if run_id is not None:
-                try:
-                    run = mlflow.start_run(run_id=run_id)
-                except Exception as e:  # noqa: BLE001 - a resumed run whose MLflow run is gone: a new one
-                    _warn(f"re-opening run {run_id}", e)
-            if run is None:
-                run = mlflow.start_run(run_name=self.run_name, tags=self.tags)
-                # MLflow caps a param value at 6000 characters; ours are short scalars and lists.
-                mlflow.log_params({k: str(v) for k, v in self.params.items()})
-            return run.info.run_id
-
-        self.run_id = self._call("start", start)
-        return self.run_id
+    def _submit(self, what: str, call) -> None:
+        if self._thread is not None:
+            self._queue.put((what, call))
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        self._call("log_metrics", lambda: self.mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step))
+        from time import time as now
+
+        stamp = int(now() * 1000)
+
+        def log(client, run_id):
+            from mlflow.entities import Metric
+
+            client.log_batch(run_id, metrics=[Metric(k, float(v), stamp, step) for k, v in metrics.items()])
+
+        self._submit("log_metrics", log)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        self._call("log_artifact", lambda: self.mlflow.log_artifact(str(path), artifact_path=artifact_path))
+        self._submit("log_artifact", lambda client, run_id: client.log_artifact(run_id, str(path), artifact_path))
 
     def end(self, status: str = "FINISHED") -> None:
-        self._call("end_run", lambda: self.mlflow.end_run(status=status))
+        """Flush every pending call, close the run with ``status`` and stop the worker."""
+        if self._thread is None:
+            return
+        self._submit("end_run", lambda client, run_id: client.set_terminated(run_id, status))
+        self._queue.put(None)
+        self._thread.join(timeout=300)
+        self._thread = None
 
 
 def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Path] = ()) -> bool:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from noisydml.schema import Field, ParamsError, check_choice, check_section
+from noisydml.schema import Field, ParamsError, check_kinded, check_section
 from noisydml.data.prepared import write_prepared
 
 
@@ -85,9 +85,4 @@ def prepare_dataset(name: str, cfg: dict, out_dir: str | Path, base_dir: str | P
 
 def check_dataset(params: dict, name: str) -> dict:
     """Validate ``datasets.<name>`` with its kind's schema (defaults filled in), store it back, return it."""
-    body = params["datasets"][name]
-    where = f"datasets.{name}"
-    kind = check_choice(body["kind"], list(DATASET_KINDS), f"{where}.kind", "dataset kind")
-    params["datasets"][name] = {"kind": kind, **DATASET_KINDS[kind].check(
-        {k: v for k, v in body.items() if k != "kind"}, where)}
-    return params["datasets"][name]
+    return check_kinded(params, "datasets", name, DATASET_KINDS, "dataset")

@@ -43,7 +43,7 @@ from noisydml.schema import ParamsError
 CHECKPOINT_VERSION = 2
 MONITOR_METRICS = ("precision_at_1", "mean_average_precision_at_r")
 #: How a run executes when the caller gives no ``runtime`` section (tests, benchmarks).
-DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "workers": 0, "progress": True, "deterministic": False}
+DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "progress": True, "deterministic": False}
 
 
 def code_fingerprint() -> str:
@@ -108,7 +108,10 @@ class NullTracker:
 
     run_id: str | None = None
 
-    def start(self, run_id: str | None = None) -> str | None:
+    def start(self, run_id: str | None = None) -> None:
+        pass
+
+    def current_run_id(self) -> str | None:
         return None
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
@@ -353,7 +356,7 @@ class Trainer:
                 what = "params or data" if state.get("fingerprint") != fingerprint else "the code"
                 print(f"ignoring checkpoint {self.checkpoint_path}: it belongs to a different configuration "
                       f"({what} changed since); training from scratch")
-        run_id = self.tracker.start(run_id)
+        self.tracker.start(run_id)  # returns at once; MLflow opens the run in the background
 
         labels_t = torch.as_tensor(labels.copy())
         ids_t = torch.as_tensor(self.sample_ids.copy())
@@ -447,7 +450,7 @@ class Trainer:
                   + f" epoch_seconds={seconds[-1]:.1f}")
             state = {
                 "fingerprint": fingerprint, "code": code, "epoch": epoch, "step": step, "history": history,
-                "run_id": run_id, "epoch_seconds": seconds,
+                "run_id": self.tracker.current_run_id(), "epoch_seconds": seconds,
                 "model": model.state_dict(), "method": method.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "best": best,
             }
@@ -469,6 +472,6 @@ class Trainer:
             if len(values) != len(labels):
                 raise ValueError(f"{self.spec.method}.export(): {name!r} has {len(values)} values for "
                                  f"{len(labels)} training rows")
-        return TrainResult(model, method, history, test_emb, train_emb, resumed_from, run_id,
+        return TrainResult(model, method, history, test_emb, train_emb, resumed_from, self.tracker.run_id,
                            selected_epoch=selected_epoch, val_embeddings=val_emb, epoch_seconds=seconds,
                            exports=exports, device=describe_device(device))

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from noisydml.schema import Field, ParamsError, check_choice, check_section
+from noisydml.schema import Field, ParamsError, check_choice, check_kinded, check_section
 from noisydml.noise.small_cluster import NoiseInputError, dissolved_classes, small_cluster_noise
 from noisydml.noise.symmetric import symmetric_noise, symmetric_per_class_noise
 
@@ -229,11 +229,7 @@ def corrupt_labels(sample_ids: np.ndarray, true_labels: np.ndarray, cfg: dict,
 
 def check_noise(params: dict, name: str) -> dict:
     """Validate ``noise.<name>`` with its kind's schema (defaults filled in), store it back, return it."""
-    body = params["noise"][name]
-    where = f"noise.{name}"
-    kind = check_choice(body["kind"], list(NOISE_KINDS), f"{where}.kind", "noise kind")
-    params["noise"][name] = {"kind": kind, **NOISE_KINDS[kind].check(
-        {k: v for k, v in body.items() if k != "kind"}, where)}
+    check_kinded(params, "noise", name, NOISE_KINDS, "noise")
     check_feature_run(params, name)
     return params["noise"][name]
 

@@ -1,31 +1,48 @@
-"""The evaluate stage: a run's test embeddings -> ``metrics/<dataset>/<noise>/<method>/seed<k>.json``."""
+"""The evaluate stage, one per dataset: every run's test embeddings -> ``metrics/<dataset>/...``.
+
+One process evaluates all runs of a dataset (the grid's and the chained ones): process start-up (torch,
+faiss, pytorch-metric-learning, MLflow) is paid once, not once per run. The stage's output folder is
+persistent: a run whose inputs (test embeddings, history, run.json) and ``evaluate`` params are unchanged
+keeps its metrics file, so adding a method evaluates only the new runs. Each metrics file records the
+digest of its inputs. The stage also draws each run's training curves and logs the final metrics to the
+run's MLflow run (best effort).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from noisydml import io
-from noisydml.config import run_name
+from noisydml.config import run_name, runs_of
 from noisydml.evaluation.retrieval import neighbours_used, retrieval_metrics
 from noisydml.pipeline.layout import Layout
-from noisydml.tracking import log_to_run
+from noisydml.reporting.plots import plot_history
 
 
-def evaluate(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout(),
-             log_to_mlflow: bool = True) -> dict:
-    run = layout.run(dataset, noise, method, seed)
+def inputs_digest(params: dict, run) -> str:
+    """sha256 of what a run's metrics are computed from: its test embeddings, history, run.json, evaluate params."""
+    digest = hashlib.sha256(json.dumps(params["evaluate"], sort_keys=True).encode())
+    for name in ("test_embeddings.npz", "history.csv", "run.json"):
+        digest.update(name.encode() + (run / name).read_bytes())
+    return digest.hexdigest()
+
+
+def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, layout: Layout = Layout()) -> dict:
+    """Metrics of one run: ``metrics/<dataset>/<noise>/<name>/seed<k>.json`` and its training curves."""
+    run = layout.run(dataset, noise, name, seed)
     if not (run / "test_embeddings.npz").is_file():
         raise FileNotFoundError(f"{run / 'test_embeddings.npz'}: missing; run the train stage first (dvc repro)")
     data = np.load(run / "test_embeddings.npz")
     cfg = params["evaluate"]
-    t0 = time.perf_counter()
     metrics = retrieval_metrics(data["embeddings"], data["labels"], recall_at=cfg["recall_at"],
                                 max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed)
     k_used, exact = neighbours_used(data["labels"], cfg["recall_at"], cfg["max_k"])
-    seconds = time.perf_counter() - t0
     run_info = io.read_json(run / "run.json")
     history = pd.read_csv(run / "history.csv")
     # per-epoch scores of the method's decisions (selection precision/recall, weights, pseudo-labels)
@@ -35,28 +52,58 @@ def evaluate(params: dict, dataset: str, noise: str, method: str, seed: int, lay
             training[column] = [None if pd.isna(v) else float(v) for v in history[column]]
             training[f"final_{column}"] = training[column][-1]
     result = {
-        "dataset": dataset, "noise": noise, "method": method, "seed": seed,
+        "dataset": dataset, "noise": noise, "method": name, "seed": seed,
         "num_queries": int(len(data["labels"])), "num_classes": int(len(np.unique(data["labels"]))),
         "metrics": metrics, "training": training, "k_used": k_used, "map_at_r_exact": exact,
         "selected_epoch": run_info.get("selected_epoch"), "model_selection": run_info.get("model_selection"),
+        "inputs_sha256": inputs_digest(params, run),
     }
-    out = layout.metrics(dataset, noise, method, seed)
-    io.write_json(out, result)
+    io.write_json(layout.metrics(dataset, noise, name, seed), result)
+    plot_history(history, run_name(dataset, noise, name, seed), layout.curves(dataset, noise, name, seed))
     if not exact:
-        print(f"warning: evaluate.max_k = {cfg['max_k']} is below the largest test class - 1 "
-              f"({k_used} neighbours used): MAP@R and R-Precision are underestimates (map_at_r_exact: false)")
-    if log_to_mlflow:
-        volatile = layout.volatile(dataset, noise, method, seed)
-        info = io.read_json(volatile) if volatile.is_file() else {}
-        if info.get("fingerprint") not in (None, run_info.get("fingerprint")):
-            info = {}  # the run info of another training of this run
-        log_to_run(info.get("mlflow_run_id"), {f"final_{k}": v for k, v in metrics.items()}, [out])
-    print(f"evaluate {run_name(dataset, noise, method, seed)} in {seconds:.1f}s: "
-          + " ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+        print(f"warning: {run_name(dataset, noise, name, seed)}: evaluate.max_k = {cfg['max_k']} is below the "
+              f"largest test class - 1 ({k_used} neighbours used): MAP@R and R-Precision are underestimates")
     return result
 
 
-def evaluate_chain(params: dict, key: str, layout: Layout = Layout(), log_to_mlflow: bool = True) -> dict:
-    """Evaluate the chained run ``chains.<key>`` (``evaluate_chain@<key>``)."""
-    c = params["chains"][key]
-    return evaluate(params, c["dataset"], c["noise"], c["name"], c["seed"], layout, log_to_mlflow)
+def _log_final(params: dict, dataset: str, noise: str, name: str, seed: int, result: dict, layout: Layout) -> None:
+    from noisydml.tracking import log_to_run
+
+    run_info = io.read_json(layout.run(dataset, noise, name, seed) / "run.json")
+    volatile = layout.volatile(dataset, noise, name, seed)
+    info = io.read_json(volatile) if volatile.is_file() else {}
+    if info.get("fingerprint") not in (None, run_info.get("fingerprint")):
+        info = {}  # the run info of another training of this run
+    log_to_run(info.get("mlflow_run_id"), {f"final_{k}": v for k, v in result["metrics"].items()},
+               [layout.metrics(dataset, noise, name, seed), layout.curves(dataset, noise, name, seed)])
+
+
+def evaluate(params: dict, dataset: str, layout: Layout = Layout(), log_to_mlflow: bool = True) -> list[dict]:
+    """Evaluate every run of ``dataset`` whose inputs changed; remove metrics of runs no longer in params."""
+    runs = [r for r in runs_of(params) if r[0] == dataset]
+    wanted = {layout.metrics(d, n, m, s) for d, n, m, s, _ in runs}
+    results, fresh = [], 0
+    t0 = time.perf_counter()
+    for d, n, m, s, _ in tqdm(runs, desc=f"evaluate {dataset}", unit="run", disable=not params["runtime"]["progress"]):
+        path = layout.metrics(d, n, m, s)
+        run = layout.run(d, n, m, s)
+        if path.is_file() and layout.curves(d, n, m, s).is_file() and (run / "run.json").is_file():
+            old = io.read_json(path)
+            if old.get("inputs_sha256") == inputs_digest(params, run):
+                results.append(old)  # unchanged inputs: the same metrics, bit for bit
+                continue
+        result = evaluate_run(params, d, n, m, s, layout)
+        fresh += 1
+        results.append(result)
+        if log_to_mlflow:
+            _log_final(params, d, n, m, s, result, layout)
+        print(f"evaluate {run_name(d, n, m, s)}: "
+              + " ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items()))
+    root = layout.root / "metrics" / dataset
+    for stale in [p for p in root.rglob("seed*") if p.is_file()]:
+        json_path = stale if stale.suffix == ".json" else stale.with_name(stale.name.replace("_curves.png", ".json"))
+        if json_path not in wanted:
+            stale.unlink()  # a run no longer in params (DVC keeps a persistent output's old files)
+    print(f"evaluate {dataset}: {fresh} run(s) evaluated, {len(runs) - fresh} unchanged, "
+          f"{time.perf_counter() - t0:.1f}s")
+    return results

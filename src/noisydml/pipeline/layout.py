@@ -36,9 +36,14 @@ class Layout:
     def metrics(self, dataset: str, noise: str, method: str, seed: int) -> Path:
         return self.root / "metrics" / dataset / noise / method / f"seed{seed}.json"
 
+    def curves(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+        """A run's training curves, drawn by the evaluate stage (matplotlib stays out of training processes)."""
+        return self.root / "metrics" / dataset / noise / method / f"seed{seed}_curves.png"
+
     def timing(self, entry: str) -> Path:
         return self.root / "timing" / f"{entry}.json"
 
     @property
     def reports(self) -> Path:
         return self.root / "reports"
+

@@ -23,7 +23,6 @@ from noisydml.methods import check_method
 from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.rundata import load_run_data, take_upstream
-from noisydml.reporting.plots import plot_history
 from noisydml.schema import ParamsError
 from noisydml.tracking import MlflowTracker, git_commit
 
@@ -118,7 +117,6 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
         if result.exports:
             np.savez(tmp / EXPORTS, sample_id=data.sample_ids, **result.exports)
         history.to_csv(tmp / "history.csv", index=False)
-        plot_history(history, name, tmp / "training_curves.png")
         io.write_json(tmp / "run.json", {
             "run_name": name, "method": method, "fingerprint": spec.fingerprint(), "epochs": params["train"]["epochs"],
             "selected_epoch": result.selected_epoch, "model_selection": params["train"]["model_selection"],
@@ -131,7 +129,6 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
         "epoch_seconds": result.epoch_seconds, "fingerprint": spec.fingerprint(),
     })
     tracker.log_artifact(out / "history.csv")
-    tracker.log_artifact(out / "training_curves.png")
     tracker.end(status="FINISHED")
     checkpoint.unlink(missing_ok=True)  # the run is complete; runs/ holds the final model
     return out

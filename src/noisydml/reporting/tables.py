@@ -15,16 +15,6 @@ import pandas as pd
 from noisydml import io
 
 
-def runs_of(params: dict) -> list[tuple[str, str, str, int, str]]:
-    """Every run the report shows: ``(dataset, noise, name, seed, kind)`` for the grid's runs (name = method,
-    kind ``grid``) and the chained runs (name = the chain's name, kind ``chain``)."""
-    grid = params["grid"]
-    runs = [(d, n, m, s, "grid") for d, n, m, s in
-            itertools.product(grid["datasets"], grid["noises"], grid["methods"], grid["seeds"])]
-    runs += [(c["dataset"], c["noise"], c["name"], c["seed"], "chain") for c in params["chains"].values()]
-    return runs
-
-
 def row_names(params: dict) -> list[str]:
     """Rows of the results table: the grid's methods, then the chained runs' names."""
     return list(dict.fromkeys([*params["grid"]["methods"], *(c["name"] for c in params["chains"].values())]))
@@ -32,6 +22,8 @@ def row_names(params: dict) -> list[str]:
 
 def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.DataFrame:
     rows = []
+    from noisydml.config import runs_of
+
     for dataset, noise, method, seed, kind in runs_of(params):
         path = layout.metrics(dataset, noise, method, seed)
         if not path.is_file():
