@@ -206,6 +206,21 @@ def selection_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _chain_line(c: dict) -> str:
+    """One chained run as a Markdown bullet: what it trains, after which run, and what it takes from it."""
+    takes = []
+    if any(c["init"].values()):
+        takes.append(f"its {'/'.join(k for k, v in c['init'].items() if v)} weights")
+    if c["labels"]["label"]:
+        takes.append(f"its exported labels `{c['labels']['label']}`")
+    if c["labels"]["keep"]:
+        takes.append(f"only the samples its export `{c['labels']['keep']}` keeps")
+    if c["inputs"]:
+        takes.append(f"inputs {c['inputs']}")
+    return (f"- **{c['name']}** ({c['dataset']}/{c['noise']}, seed {c['seed']}): `{c['method']}` trained after "
+            f"`{c['upstream']}`, taking " + ", ".join(takes))
+
+
 def write_report(params: dict, layout) -> Path:
     from noisydml.evaluation import metric_names
     from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class, plot_selection
@@ -225,13 +240,7 @@ def write_report(params: dict, layout) -> Path:
                  for d in params["grid"]["datasets"] for n in params["grid"]["noises"]}
     nominal = {f"{r.dataset}/{r.noise}": r.nominal_rate for r in noise.itertuples()}
 
-    chains = [f"- **{c['name']}** ({c['dataset']}/{c['noise']}, seed {c['seed']}): `{c['method']}` trained after "
-              f"`{c['upstream']}`, taking " + ", ".join(
-                  [f"its {'/'.join(k for k, v in c['init'].items() if v)} weights" for _ in [0] if any(c["init"].values())]
-                  + [f"its exported labels `{c['labels']['label']}`" for _ in [0] if c["labels"]["label"]]
-                  + [f"only the samples its export `{c['labels']['keep']}` keeps" for _ in [0] if c["labels"]["keep"]]
-                  + [f"inputs {c['inputs']}" for _ in [0] if c["inputs"]])
-              for c in params["chains"].values()]
+    chains = [_chain_line(c) for c in params["chains"].values()]
     md = ["# Results", "", markdown_table(summary, shown, params), ""]
     if chains:
         md += ["Chained runs (params.yaml `chains`; each is a DVC stage that depends on its upstream run):", "",
