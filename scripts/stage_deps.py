@@ -14,6 +14,7 @@ the deps dvc.yaml declares. A train stage also imports its method's module
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -69,7 +70,9 @@ def relative(paths) -> list[str]:
 
 
 #: Stages of dvc.yaml -> the stage script whose closure is their code (train_chain runs stages/train.py).
-SCRIPT_OF = {"train_chain": "train"}
+SCRIPT_OF = {"train_chain": "train", "train_on_run_noise": "train", "corrupt_from_run": "corrupt"}
+#: A stage's first line in dvc.yaml: ``  <name>:``, maybe with a YAML anchor (``  train: &train_stage``).
+STAGE_LINE = re.compile(r"^  ([A-Za-z_][\w-]*):(\s+&[\w-]+)?\s*$")
 
 
 def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
@@ -80,8 +83,9 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
     out, stage, i = [], None, 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("  ") and not line.startswith("   ") and line.rstrip().endswith(":"):
-            stage = line.strip()[:-1]
+        match = STAGE_LINE.match(line)
+        if match:
+            stage = match.group(1)
         out.append(line)
         if line.strip() == "deps:" and stage:
             indent = line[: len(line) - len(line.lstrip())] + "  "

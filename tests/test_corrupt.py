@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from noisydml import io
-from noisydml.config import ParamsError
+from noisydml.config import ParamsError, runs_of
 from noisydml.pipeline.check import validate_all as validate_params
 from noisydml.data import DatasetError
 from noisydml.data.prepared import write_prepared
@@ -27,11 +27,14 @@ def _prepare(layout, num_classes=16, per_class=6, is_clean=None, side=8):
     write_prepared(layout.prepared("toy"), images, labels, names, {"kind": "test"}, is_clean=is_clean)
 
 
-def _params(raw_params, **noise):
+def _params(raw_params, noise_runs=None, **noise):
     raw = copy.deepcopy(raw_params)
     raw["datasets"]["toy"] = {"kind": "glyphs", "num_classes": 16, "images_per_class": 6}
     raw["noise"].update(noise)
-    raw["grid"].update(datasets=["toy"], noises=["clean", *noise])
+    from_run = [n for n, cfg in noise.items() if (cfg.get("features") or {}).get("source") == "run"]
+    raw["grid"].update(datasets=["toy"], noises=["clean", *(n for n in noise if n not in from_run)],
+                       run_noises=from_run)
+    raw["noise_runs"] = noise_runs or {}
     raw["chains"] = {}
     raw["timing"].update(noise="clean", dataset="toy")
     raw["train"]["batch"] = {"classes": 2, "per_class": 2}
@@ -84,13 +87,14 @@ def _write_run_embeddings(layout, sample_ids, dim=4, seed=0):
     return run / TRAIN_EMBEDDINGS
 
 
-RUN_FEATURES = {"kind": "small_cluster", "rate": 0.5, "features": {"source": "run", "noise": "clean", "method": "ms"}}
+RUN_FEATURES = {"kind": "small_cluster", "rate": 0.5, "features": {"source": "run"}}
+NOISE_RUNS = {"toy-scrun": {"dataset": "toy", "noise": "scrun", "run": {"noise": "clean", "method": "ms", "seed": 0}}}
 
 
 def test_small_cluster_from_run_embeddings_and_freshness_check(tmp_path, raw_params):
     layout = Layout(tmp_path)
     _prepare(layout)
-    params = _params(raw_params, scrun=RUN_FEATURES)
+    params = _params(raw_params, NOISE_RUNS, scrun=RUN_FEATURES)
     with pytest.raises(FileNotFoundError, match=r"train it first \(`dvc repro train@toy-clean-ms-0`\)"):
         corrupt(params, "toy", "scrun", layout)
     assert not layout.noisy("toy", "scrun").exists()
@@ -100,7 +104,7 @@ def test_small_cluster_from_run_embeddings_and_freshness_check(tmp_path, raw_par
     check_features_fresh(stats, layout)
     # the run is retrained: labels made from its old embeddings must not be trained on
     _write_run_embeddings(layout, np.arange(48), seed=1)
-    with pytest.raises(DatasetError, match=r"dvc repro -f corrupt@toy-scrun"):
+    with pytest.raises(DatasetError, match=r"stage corrupt_from_run@toy-scrun"):
         check_features_fresh(stats, layout)
     path.unlink()
     with pytest.raises(DatasetError, match="have changed \\(or gone\\)"):
@@ -110,7 +114,7 @@ def test_small_cluster_from_run_embeddings_and_freshness_check(tmp_path, raw_par
 def test_run_features_that_do_not_match_the_manifest(tmp_path, raw_params):
     layout = Layout(tmp_path)
     _prepare(layout)
-    params = _params(raw_params, scrun=RUN_FEATURES)
+    params = _params(raw_params, NOISE_RUNS, scrun=RUN_FEATURES)
     _write_run_embeddings(layout, np.arange(47))
     with pytest.raises(NoiseInputError, match="features do not match the manifest's training split: 47 rows for 48"):
         corrupt(params, "toy", "scrun", layout)
@@ -135,13 +139,9 @@ def test_real_noise_flags_reach_the_statistics(tmp_path, raw_params):
         ({"kind": "small_cluster", "rate": -0.1}, r"noise.bad.rate: -0.1 is below the minimum 0.0"),
         ({"kind": "symmetric_per_class", "rate": 1.5}, r"noise.bad.rate: 1.5 is above the maximum 1.0"),
         ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "pixels", "method": "ms"}},
-         r"noise.bad.features.method: not used with source 'pixels'"),
-        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "run", "noise": "clean"}},
-         r"source 'run' needs 'method'"),
-        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "run", "noise": "bad", "method": "ms"}},
-         r"cannot take features from a run trained on its own labels"),
-        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "run", "noise": "sym50", "method": "ms"}},
-         r"which the grid does not train \(noise 'sym50' is not in grid.noises\)"),
+         r"noise.bad.features: unknown key 'method'"),
+        ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "run"}},
+         r"grid.noises\[1\]: 'bad' is clustered on a run's embeddings .* list it in grid.run_noises"),
         ({"kind": "small_cluster", "rate": 0.5, "features": {"source": "web"}}, r"features.source: 'web' is not allowed"),
     ],
 )
@@ -152,6 +152,55 @@ def test_bad_noise_settings_are_refused_at_load_time(raw_params, setting, messag
     raw["chains"] = {}
     raw["timing"].update(noise="clean")
     with pytest.raises(ParamsError, match=message):
+        validate_params(raw)
+
+
+def _run_noise_params(raw_params, entry=None, key="glyphs-scrun", run_noises=("scrun",)):
+    raw = copy.deepcopy(raw_params)
+    raw["noise"]["scrun"] = RUN_FEATURES
+    raw["grid"]["run_noises"] = list(run_noises)
+    run = {"noise": "clean", "method": "ms", "seed": 0}
+    raw["noise_runs"] = {key: {"dataset": "glyphs", "noise": "scrun", "run": run, **(entry or {})}}
+    raw["chains"] = {}
+    return raw
+
+
+@pytest.mark.parametrize(
+    "entry, key, run_noises, message",
+    [
+        (None, "glyphs-scrun", ("scrun",), None),
+        (None, "scrun", ("scrun",), r"noise_runs.scrun: the key must be 'glyphs-scrun'"),
+        ({"run": {"noise": "sym20", "method": "ms", "seed": 0}}, "glyphs-scrun", ("scrun",),
+         r"noise_runs.glyphs-scrun.run.noise: 'sym20' is not in grid.noises .* must be one the grid trains"),
+        ({"run": {"noise": "clean", "method": "ms", "seed": 3}}, "glyphs-scrun", ("scrun",),
+         r"noise_runs.glyphs-scrun.run.seed: 3 is not in grid.seeds"),
+        ({"noise": "sc50"}, "glyphs-sc50", (), r"noise_runs.glyphs-sc50.noise: 'sc50' does not cluster a run"),
+        ({"dataset": "cub"}, "cub-scrun", (), r"noise_runs.cub-scrun.dataset: unknown dataset of grid.datasets 'cub'; allowed: glyphs"),
+        (None, "glyphs-scrun", ("scrun", "sc50"), r"grid.run_noises\[1\]: 'sc50' is not clustered on a run"),
+    ],
+)
+def test_run_sourced_noise_entries_are_checked(raw_params, entry, key, run_noises, message):
+    raw = _run_noise_params(raw_params, entry, key, run_noises)
+    if message is None:
+        params = validate_params(raw)
+        assert ("glyphs", "scrun", "ms", 0, "grid") in runs_of(params)
+        return
+    with pytest.raises(ParamsError, match=message):
+        validate_params(raw)
+
+
+def test_the_run_named_inside_the_noise_setting_points_to_noise_runs(raw_params):
+    raw = _run_noise_params(raw_params)
+    raw["noise"]["scrun"] = {**RUN_FEATURES, "features": {"source": "run", "noise": "clean", "method": "ms"}}
+    with pytest.raises(ParamsError, match=r"noise.scrun.features.method: the run whose embeddings are clustered is "
+                                          r"named per dataset in noise_runs"):
+        validate_params(raw)
+
+
+def test_a_run_noise_without_its_run_named_is_refused(raw_params):
+    raw = _run_noise_params(raw_params)
+    raw["noise_runs"] = {}
+    with pytest.raises(ParamsError, match=r"grid.run_noises: 'scrun' on dataset 'glyphs' needs noise_runs.glyphs-scrun"):
         validate_params(raw)
 
 

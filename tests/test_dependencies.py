@@ -36,9 +36,10 @@ def _method_names():
     return method_names()
 
 
-@pytest.mark.parametrize("name", ["prepare", "corrupt", "evaluate", "report"])
+@pytest.mark.parametrize("name", ["prepare", "corrupt", "corrupt_from_run", "evaluate", "report"])
 def test_stage_declares_exactly_the_code_it_imports(name):
-    imported = set(stage_deps.relative(stage_deps.closure(REPO / "stages" / f"{name}.py")))
+    script = stage_deps.SCRIPT_OF.get(name, name)
+    imported = set(stage_deps.relative(stage_deps.closure(REPO / "stages" / f"{script}.py")))
     declared = _declared_code(DVC[name])
     assert declared - imported == set(), f"{name}: declared in dvc.yaml but never imported"
     assert imported - declared == set(), f"{name}: imported but not declared in dvc.yaml (a change would not re-run it)"
@@ -50,7 +51,7 @@ def test_dvc_yaml_code_deps_are_up_to_date(tmp_path):
     assert not stage_deps.update_dvc_yaml(copy), "run `python scripts/stage_deps.py --update-dvc-yaml`"
 
 
-@pytest.mark.parametrize("stage", ["train", "train_chain", "timing"])
+@pytest.mark.parametrize("stage", ["train", "train_on_run_noise", "train_chain", "timing"])
 @pytest.mark.parametrize("method", _method_names())
 def test_training_stages_declare_their_method_module_and_nothing_of_other_methods(stage, method):
     script = stage_deps.SCRIPT_OF.get(stage, stage)

@@ -20,6 +20,8 @@ from conftest import REPO, tiny_params
 
 pytestmark = pytest.mark.e2e
 
+NOISES = ("clean", "sym50", "sc25", "scrun")  # grid.noises, then grid.run_noises
+
 
 def _run(cmd, cwd, env):
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
@@ -37,7 +39,11 @@ def repo(tmp_path_factory):
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     with open(REPO / "params.yaml") as f:
         raw = tiny_params(yaml.safe_load(f))
-    raw["grid"].update(noises=["clean", "sym50", "sc25"], methods=["ms", "prism"], seeds=[0])
+    raw["grid"].update(noises=["clean", "sym50", "sc25"], methods=["ms", "prism"], seeds=[0], run_noises=["scrun"])
+    # small-cluster noise clustered on the clean ms run's embeddings: a DVC edge from that run
+    raw["noise"]["scrun"] = {"kind": "small_cluster", "rate": 0.25, "seed": 0, "features": {"source": "run"}}
+    raw["noise_runs"] = {"glyphs-scrun": {"dataset": "glyphs", "noise": "scrun",
+                                          "run": {"noise": "clean", "method": "ms", "seed": 0}}}
     raw["methods"]["prism"]["memory_size"] = 64
     # model selection on held-out training classes, with the (opt-in) timing stage on
     raw["train"].update(validation_classes=2, model_selection="best_validation", batch={"classes": 2, "per_class": 2})
@@ -72,7 +78,7 @@ def test_repro_produces_report_and_metrics(repo):
     table = (root / "reports" / "results.md").read_text()
     assert "| ms |" in table and "glyphs / sym50" in table and "glyphs / sc25" in table
     metrics = json.loads((root / "reports" / "metrics.json").read_text())
-    assert set(metrics) == {f"glyphs/{n}/{m}" for n in ("clean", "sym50", "sc25") for m in ("ms", "prism")} | {
+    assert set(metrics) == {f"glyphs/{n}/{m}" for n in NOISES for m in ("ms", "prism")} | {
         "glyphs/sym50/ms_on_prism_kept"}
     assert "Chained runs" in table and "| ms_on_prism_kept | - | " in table
     assert 0 <= metrics["glyphs/clean/ms"]["precision_at_1"] <= 1
@@ -106,14 +112,14 @@ def test_mlflow_has_one_finished_run_per_model(repo):
         "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status'], runs['metrics.final_precision_at_1'].notna()))))"
     )
     runs = json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
-    assert runs == sorted([[f"glyphs-{n}-{m}-0", "FINISHED", True] for n in ("clean", "sc25", "sym50")
+    assert runs == sorted([[f"glyphs-{n}-{m}-0", "FINISHED", True] for n in NOISES
                            for m in ("ms", "prism")] + [["glyphs-sym50-ms_on_prism_kept-0", "FINISHED", True]])
 
 
 def test_report_shows_selection_and_training_time(repo):
     root, _, _ = repo
     selection = pd.read_csv(root / "reports" / "selection.csv")
-    assert sorted(selection["noise"]) == ["clean", "sc25", "sym50"] and set(selection["method"]) == {"prism"}
+    assert sorted(selection["noise"]) == ["clean", "sc25", "scrun", "sym50"] and set(selection["method"]) == {"prism"}
     assert ((selection["final_diag_selection_precision"] >= 0) & (selection["final_diag_selection_precision"] <= 1)).all()
     clean = selection.set_index("noise").loc["clean"]
     assert clean["final_diag_selection_precision"] == 1.0 and clean["clean_fraction"] == 1.0
@@ -151,7 +157,7 @@ def test_changing_one_noise_rate_dirties_only_its_branch(repo):
     assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs", "report", "timing@mcl", "timing@prism_eq3",
                    "train@glyphs-sym50-ms-0", "train@glyphs-sym50-prism-0", "train_chain@ms_on_prism_kept"]
     # the one evaluate process re-evaluated the three sym50 runs only
-    assert "evaluate glyphs: 3 run(s) evaluated, 4 unchanged" in out
+    assert "evaluate glyphs: 3 run(s) evaluated, 6 unchanged" in out
     stats = json.loads((root / "data" / "noisy" / "glyphs" / "sym50" / "stats.json").read_text())
     assert stats["nominal_rate"] == 0.4
 
@@ -179,9 +185,11 @@ def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages
         params_path.write_text(saved)
     # editing PRISM's module dirties PRISM's runs only; editing ms's, ms's runs and the chained run training ms
     assert _changed_after_editing(methods / "prism.py", root, env) == [
-        "timing@prism_eq3", "train@glyphs-clean-prism-0", "train@glyphs-sc25-prism-0", "train@glyphs-sym50-prism-0"]
+        "timing@prism_eq3", "train@glyphs-clean-prism-0", "train@glyphs-sc25-prism-0", "train@glyphs-sym50-prism-0",
+        "train_on_run_noise@glyphs-scrun-prism-0"]
     assert _changed_after_editing(methods / "ms.py", root, env) == [
-        "train@glyphs-clean-ms-0", "train@glyphs-sc25-ms-0", "train@glyphs-sym50-ms-0", "train_chain@ms_on_prism_kept"]
+        "train@glyphs-clean-ms-0", "train@glyphs-sc25-ms-0", "train@glyphs-sym50-ms-0", "train_chain@ms_on_prism_kept",
+        "train_on_run_noise@glyphs-scrun-ms-0"]
     assert _changed_stages(root, env) == []
 
 
@@ -209,6 +217,32 @@ def test_evaluate_succeeds_without_mlflow_database(repo):
         if db.exists():
             db.unlink()
         moved.rename(db)
+
+
+def test_noise_clustered_on_a_run_is_a_dvc_edge_and_is_remade_when_the_run_changes(repo):
+    root, env, _ = repo
+    dot = _run([sys.executable, "-m", "dvc", "dag", "--dot", "train_on_run_noise@glyphs-scrun-prism-0"], root, env)
+    assert '"train@glyphs-clean-ms-0" -> "corrupt_from_run@glyphs-scrun"' in dot
+    assert '"corrupt_from_run@glyphs-scrun" -> "train_on_run_noise@glyphs-scrun-prism-0"' in dot
+    stats_path = root / "data" / "noisy" / "glyphs" / "scrun" / "stats.json"
+    stats = json.loads(stats_path.read_text())
+    assert stats["features"]["run"] == "glyphs-clean-ms-0" and stats["num_classes_after"] == 4
+    assert "glyphs / scrun" in (root / "reports" / "results.md").read_text()
+    # retraining the run re-makes the labels clustered on its embeddings, and only those
+    params_path = root / "params.yaml"
+    saved = params_path.read_text()
+    params = yaml.safe_load(saved)
+    params["methods"]["ms"]["loss"]["alpha"] = 3.0
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        out = _run([sys.executable, "-m", "dvc", "repro", "corrupt_from_run@glyphs-scrun"], root, env)
+        ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
+        assert ran == ["corrupt_from_run@glyphs-scrun", "train@glyphs-clean-ms-0"]
+        assert json.loads(stats_path.read_text())["features"]["sha256"] != stats["features"]["sha256"]
+    finally:
+        params_path.write_text(saved)
+    _run([sys.executable, "-m", "dvc", "repro"], root, env)  # back to the fixture's state (restored from cache)
+    assert _changed_stages(root, env) == []
 
 
 def _lock(root):

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from noisydml.config import load_params
+from noisydml.config import load_params, noises_of
 from noisydml.data import DatasetError
 from noisydml.schema import ParamsError
 
@@ -67,12 +67,20 @@ GRID_KEYS = {"dataset": ("datasets", str), "noise": ("noises", str), "method": (
 
 
 def check_in_grid(params: dict, **names) -> None:
-    """Refuse to run an item that params.yaml's grid does not list (a stale stage name, a typo)."""
+    """Refuse to run an item that params.yaml's grid does not list (a stale stage name, a typo).
+
+    A noise is in the grid when it is in ``grid.noises`` or ``grid.run_noises``, or (made but not trained on)
+    when ``noise_runs`` has an entry for it on the dataset."""
     grid = params["grid"]
     for key, value in names.items():
         section = GRID_KEYS[key][0]
-        if value not in grid[section]:
-            raise ParamsError(f"--{key} {value!r} is not in grid.{section} ({grid[section]})")
+        allowed = noises_of(grid) if key == "noise" else grid[section]
+        if key == "noise" and f"{names.get('dataset')}-{value}" in params["noise_runs"]:
+            continue
+        if value not in allowed:
+            where = "grid.noises or grid.run_noises" if key == "noise" else f"grid.{section}"
+            raise ParamsError(f"--{key} {value!r} is not in {where} ({allowed})")
+
 
 def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable, chain_work: Callable | None = None) -> None:
     """A stage for one item of the grid: ``--dataset/--noise/--method/--seed`` (those in ``keys``),

@@ -76,11 +76,26 @@ EVALUATE_SCHEMA = {
 GRID_SCHEMA = {
     "datasets": Field(list, item_type=str),
     "noises": Field(list, item_type=str),
+    "run_noises": Field(list, [], item_type=str,
+                        help="noise settings clustered on a grid run's embeddings (features.source: run); each "
+                             "dataset's run is named in noise_runs.<dataset>-<noise>"),
     "methods": Field(list, item_type=str),
     "seeds": Field(list, [0], item_type=int, min=0),
 }
-TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "train", "runtime", "evaluate", "methods", "chains",
-             "tracking", "report", "timing")
+TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "noise_runs", "train", "runtime", "evaluate", "methods",
+             "chains", "tracking", "report", "timing")
+#: Which run's embeddings a run-sourced noise setting clusters, on one dataset (``noise_runs.<dataset>-<noise>``):
+#: the DVC stage ``corrupt_from_run@<dataset>-<noise>`` depends on that run's folder.
+NOISE_RUN_SCHEMA = {
+    "dataset": Field(str, help="a dataset of grid.datasets"),
+    "noise": Field(str, help="a noise setting with features.source: run"),
+    "run": Field(dict, help="{noise, method, seed}: the grid run (same dataset) whose training embeddings are clustered"),
+}
+NOISE_RUN_RUN_SCHEMA = {
+    "noise": Field(str, help="a noise setting of grid.noises"),
+    "method": Field(str, help="a method of grid.methods"),
+    "seed": Field(int, min=0, help="a seed of grid.seeds"),
+}
 #: A chained run: trained after, and from, another run (its upstream) of the same dataset, noise and seed.
 CHAIN_SCHEMA = {
     "name": Field(str, help="the run's name: runs/<dataset>/<noise>/<name>/seed<k>, its row in the report"),
@@ -178,9 +193,10 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
         c["labels"] = check_section(c["labels"], CHAIN_LABELS_SCHEMA, f"{where}.labels")
         check_name(c["name"], f"{where}.name")
         hint = " (a chained run needs its upstream in the grid; or drop it: -S 'chains={}')"
-        for field, values in (("dataset", grid["datasets"]), ("noise", grid["noises"]), ("seed", grid["seeds"])):
+        for field, values in (("dataset", grid["datasets"]), ("noise", noises_of(grid)), ("seed", grid["seeds"])):
             if c[field] not in values:
-                raise ParamsError(f"{where}.{field}: {c[field]!r} is not in grid.{field}s ({values}){hint}")
+                raise ParamsError(f"{where}.{field}: {c[field]!r} is not in grid.{field}s"
+                                  f"{' or grid.run_noises' if field == 'noise' else ''} ({values}){hint}")
         check_choice(c["method"], list(p["methods"]), f"{where}.method", "method")
         if c["name"] in p["methods"]:
             raise ParamsError(f"{where}.name: {c['name']!r} is a method's name; a chained run needs its own name")
@@ -209,6 +225,74 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     return chains
 
 
+def clusters_a_run(noise_setting: Mapping) -> bool:
+    """Whether a noise setting's labels are made from a run's embeddings (``features.source: run``)."""
+    features = noise_setting.get("features")
+    return isinstance(features, Mapping) and features.get("source") == "run"
+
+
+def noises_of(grid: Mapping) -> list[str]:
+    """Every noise setting the grid trains on: ``grid.noises`` then ``grid.run_noises``."""
+    return list(grid["noises"]) + list(grid.get("run_noises", []))
+
+
+def _check_run_noises(grid: dict, noise: dict) -> None:
+    """Noise made from a run's embeddings has its own DVC stages (``corrupt_from_run``, ``train_on_run_noise``)
+    whose dependency on that run DVC can see; the data-only noises of ``grid.noises`` have none."""
+    for i, name in enumerate(grid["noises"]):
+        if clusters_a_run(noise[name]):
+            raise ParamsError(
+                f"grid.noises[{i}]: {name!r} is clustered on a run's embeddings (features.source: run); list it in "
+                "grid.run_noises instead and name its run per dataset in noise_runs.<dataset>-<noise>")
+    _unique(grid["run_noises"], "grid.run_noises")
+    for i, name in enumerate(grid["run_noises"]):
+        check_choice(name, list(noise), f"grid.run_noises[{i}]", "noise setting")
+        if not clusters_a_run(noise[name]):
+            raise ParamsError(f"grid.run_noises[{i}]: {name!r} is not clustered on a run's embeddings "
+                              "(features.source: run); list it in grid.noises")
+    both = set(grid["noises"]) & set(grid["run_noises"])
+    if both:
+        raise ParamsError(f"grid.run_noises: {sorted(both)[0]!r} is in grid.noises too")
+
+
+def _check_noise_runs(section: Any, p: dict[str, Any]) -> dict[str, dict]:
+    """``noise_runs.<dataset>-<noise>``: the grid run whose training embeddings a run-sourced noise clusters."""
+    if section is None:
+        section = {}
+    if not isinstance(section, Mapping):
+        raise ParamsError("noise_runs: expected a mapping of '<dataset>-<noise>' -> {dataset, noise, run}")
+    grid = p["grid"]
+    entries: dict[str, dict] = {}
+    for key, body in section.items():
+        where = f"noise_runs.{key}"  # the key is checked against its dataset and noise below
+        e = check_section(body, NOISE_RUN_SCHEMA, where)
+        e["run"] = check_section(e["run"], NOISE_RUN_RUN_SCHEMA, f"{where}.run")
+        check_choice(e["dataset"], grid["datasets"], f"{where}.dataset", "dataset of grid.datasets")
+        check_choice(e["noise"], list(p["noise"]), f"{where}.noise", "noise setting")
+        if not clusters_a_run(p["noise"][e["noise"]]):
+            raise ParamsError(f"{where}.noise: {e['noise']!r} does not cluster a run's embeddings "
+                              "(its features.source is not 'run')")
+        expected = f"{e['dataset']}-{e['noise']}"
+        if key != expected:
+            raise ParamsError(f"{where}: the key must be {expected!r} ('<dataset>-<noise>'; it names the stage "
+                              f"corrupt_from_run@{expected} and the folder data/noisy/{e['dataset']}/{e['noise']})")
+        run = e["run"]
+        for field, values in (("noise", grid["noises"]), ("method", grid["methods"]), ("seed", grid["seeds"])):
+            if run[field] not in values:
+                raise ParamsError(
+                    f"{where}.run.{field}: {run[field]!r} is not in grid.{field}s ({values}): the run whose "
+                    f"embeddings are clustered must be one the grid trains")
+        entries[key] = e
+    for name in grid["run_noises"]:
+        for dataset in grid["datasets"]:
+            if f"{dataset}-{name}" not in entries:
+                raise ParamsError(
+                    f"grid.run_noises: {name!r} on dataset {dataset!r} needs noise_runs.{dataset}-{name}: "
+                    f"{{dataset: {dataset}, noise: {name}, run: {{noise: ..., method: ..., seed: ...}}}} "
+                    "(the grid run whose embeddings it clusters)")
+    return entries
+
+
 def validate_params(raw: Any) -> dict[str, Any]:
     """Validate the shape of params.yaml and every section no registry owns; return a copy with defaults.
 
@@ -222,8 +306,8 @@ def validate_params(raw: Any) -> dict[str, Any]:
     unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
         raise ParamsError(f"params: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL)}")
-    for key in ("grid", "datasets", "noise", "methods", "chains", "train", "runtime", "evaluate", "tracking", "report",
-                "timing"):
+    for key in ("grid", "datasets", "noise", "noise_runs", "methods", "chains", "train", "runtime", "evaluate",
+                "tracking", "report", "timing"):
         if key not in raw:
             raise ParamsError(f"params: missing required section {key!r} (no hidden defaults: every section "
                               "is written out in params.yaml)")
@@ -275,7 +359,9 @@ def validate_params(raw: Any) -> dict[str, Any]:
         for i, name in enumerate(grid[key]):
             check_choice(name, list(section), f"grid.{key}[{i}]", what)
     _unique(grid["seeds"], "grid.seeds")
+    _check_run_noises(grid, p["noise"])
     p["grid"] = grid
+    p["noise_runs"] = _check_noise_runs(raw["noise_runs"], p)
     p["chains"] = _check_chains(raw["chains"], p)
     p["timing"] = _check_timing(raw["timing"], p)
 
@@ -319,6 +405,6 @@ def runs_of(params: dict) -> list[tuple[str, str, str, int, str]]:
     ``grid``) and the chained runs (name = the chain's name, kind ``chain``)."""
     grid = params["grid"]
     runs = [(d, n, m, s, "grid") for d, n, m, s in
-            itertools.product(grid["datasets"], grid["noises"], grid["methods"], grid["seeds"])]
+            itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
     runs += [(c["dataset"], c["noise"], c["name"], c["seed"], "chain") for c in params["chains"].values()]
     return runs

@@ -111,22 +111,26 @@ def _cluster_stats(dissolved: np.ndarray, sizes: np.ndarray) -> dict:
 
 FEATURES_SCHEMA = {
     "source": Field(str, "pixels", choices=("pixels", "run"),
-                    help="pixels: PCA of the images; run: a finished run's training-set embeddings"),
+                    help="pixels: PCA of the images; run: a grid run's training-set embeddings (the run is named "
+                         "per dataset in noise_runs.<dataset>-<noise>)"),
     "pca_dim": Field(int, 32, min=1, help="pixels: dimensions kept by PCA"),
     "pixel_side": Field(int, 32, min=1, help="pixels: images are shrunk to at most this side first"),
-    "noise": Field(str, "", help="run: the run's noise setting"),
-    "method": Field(str, "", help="run: the run's method"),
-    "seed": Field(int, 0, min=0, help="run: the run's seed"),
 }
 
 
 PIXEL_FEATURE_KEYS = {"pca_dim", "pixel_side"}
-RUN_FEATURE_KEYS = {"noise", "method", "seed"}
+RUN_FEATURE_KEYS: set[str] = set()
 
 
 def _check_small_cluster(cfg: dict, body: dict, where: str) -> dict:
     if cfg["rate"] >= 1.0:
         raise ParamsError(f"{where}.rate: {cfg['rate']!r} would dissolve every class; allowed: 0 <= rate < 1")
+    raw_features = body.get("features") or {}
+    named_here = sorted({"noise", "method", "seed"} & set(raw_features))
+    if named_here and raw_features.get("source") == "run":  # the layout before the run became a DVC edge
+        raise ParamsError(f"{where}.features.{named_here[0]}: the run whose embeddings are clustered is named per "
+                          "dataset in noise_runs.<dataset>-<noise>: {dataset, noise, run: {noise, method, seed}} "
+                          "(so DVC sees the dependency); remove it here")
     cfg["features"] = check_section(cfg["features"], FEATURES_SCHEMA, f"{where}.features")
     feats = cfg["features"]
     own = RUN_FEATURE_KEYS if feats["source"] == "run" else PIXEL_FEATURE_KEYS
@@ -134,11 +138,7 @@ def _check_small_cluster(cfg: dict, body: dict, where: str) -> dict:
     for key in set(FEATURES_SCHEMA) - own - {"source"}:
         if key in raw:  # a key of the other source would be silently ignored: refuse it
             raise ParamsError(f"{where}.features.{key}: not used with source {feats['source']!r}; "
-                              f"its keys are: {', '.join(sorted(own))}")
-    if feats["source"] == "run":
-        for key in ("noise", "method"):
-            if not feats[key]:
-                raise ParamsError(f"{where}.features: source 'run' needs '{key}' (the run whose embeddings to use)")
+                              f"its keys are: {', '.join(sorted(own)) or 'none'}")
     cfg["features"] = {k: v for k, v in feats.items() if k in own or k == "source"}
     return cfg
 
@@ -230,35 +230,4 @@ def corrupt_labels(sample_ids: np.ndarray, true_labels: np.ndarray, cfg: dict,
 def check_noise(params: dict, name: str) -> dict:
     """Validate ``noise.<name>`` with its kind's schema (defaults filled in), store it back, return it."""
     check_kinded(params, "noise", name, NOISE_KINDS, "noise")
-    check_feature_run(params, name)
     return params["noise"][name]
-
-
-def check_feature_run(p: dict, name: str) -> None:
-    """Noise whose features are a run's embeddings: the run must be one the grid trains, on other noise."""
-    grid = p["grid"]
-    cfg = p["noise"][name]
-    feats = cfg.get("features") if isinstance(cfg.get("features"), dict) else None
-    if feats and feats.get("source") == "run":
-        where = f"noise.{name}.features"
-        source = feats.get("noise")
-        check_choice(source, list(p["noise"]), f"{where}.noise", "noise setting")
-        check_choice(feats.get("method"), list(p["methods"]), f"{where}.method", "method")
-        if source == name:
-            raise ParamsError(f"{where}.noise: {name!r} cannot take features from a run trained on its own labels")
-        src_feats = p["noise"][source].get("features")
-        if isinstance(src_feats, dict) and src_feats.get("source") == "run":
-            raise ParamsError(
-                f"{where}.noise: {source!r} itself takes features from a run; use a noise setting whose "
-                "labels do not depend on another run"
-            )
-        if name in grid["noises"]:
-            missing = [f"{key} {value!r} is not in grid.{key}s" for key, value in
-                       (("noise", source), ("method", feats.get("method")), ("seed", feats.get("seed")))
-                       if value not in grid[f"{key}s"]]
-            if missing:
-                raise ParamsError(
-                    f"{where}: the features come from the run {feats.get('method')}/{source}/seed "
-                    f"{feats.get('seed')}, which the grid does not train ({'; '.join(missing)}); add it to the grid"
-                )
-

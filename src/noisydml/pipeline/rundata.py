@@ -19,9 +19,9 @@ from noisydml.pipeline.layout import Layout
 def check_features_fresh(stats: dict, layout: Layout) -> None:
     """Noisy labels made from a run's embeddings must come from that run's current embeddings.
 
-    DVC cannot see this dependency (a matrix stage cannot depend on a run chosen
-    per noise setting), so the train stage checks it instead of training on
-    labels made from an older model.
+    In ``dvc repro`` the stage ``corrupt_from_run@<dataset>-<noise>`` depends on the run's folder, so DVC
+    re-makes the labels when the run is retrained; this guard also stops a training started by hand
+    (``python stages/train.py``) on labels made from an older model.
     """
     feats = stats.get("features") or {}
     if feats.get("source") != "run":
@@ -30,8 +30,8 @@ def check_features_fresh(stats: dict, layout: Layout) -> None:
     if not path.is_file() or sha256_file(path) != feats["sha256"]:
         raise DatasetError(
             f"noisy labels {stats['dataset']}/{stats['noise']} were made from the embeddings of run {feats['run']}, "
-            f"which have changed (or gone) since; re-make them with `dvc repro -f corrupt@{stats['dataset']}-"
-            f"{stats['noise']}` (after `dvc repro train@{feats['run']}`), then `dvc repro`"
+            f"which have changed (or gone) since; `dvc repro` re-makes them (stage corrupt_from_run@"
+            f"{stats['dataset']}-{stats['noise']}) before training on them"
         )
 
 

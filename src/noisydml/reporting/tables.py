@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from noisydml import io
+from noisydml.config import noises_of, runs_of
 
 
 def row_names(params: dict) -> list[str]:
@@ -22,8 +23,6 @@ def row_names(params: dict) -> list[str]:
 
 def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.DataFrame:
     rows = []
-    from noisydml.config import runs_of
-
     for dataset, noise, method, seed, kind in runs_of(params):
         path = layout.metrics(dataset, noise, method, seed)
         if not path.is_file():
@@ -80,7 +79,7 @@ def markdown_table(summary: pd.DataFrame, metrics: list[str], params: dict) -> s
     short = {"precision_at_1": "P@1", "mean_average_precision_at_r": "MAP@R", "r_precision": "RP", "nmi": "NMI"}
     short.update({f"recall_at_{k}": f"R@{k}" for k in params["evaluate"]["recall_at"]})
     grid = params["grid"]
-    columns = [(d, n) for d in grid["datasets"] for n in grid["noises"]]
+    columns = [(d, n) for d in grid["datasets"] for n in noises_of(grid)]
     header = "| method | " + " | ".join(f"{d} / {n}" for d, n in columns) + " |"
     lines = [
         f"Cells: {' / '.join(short.get(m, m) for m in metrics)} in %, mean over {len(grid['seeds'])} seed(s)"
@@ -118,7 +117,7 @@ def _fmt_range(summary: dict) -> str:
 def noise_stats(params: dict, layout) -> dict[tuple[str, str], dict]:
     """The corrupt stage's stats.json of every (dataset, noise setting) of the grid."""
     return {(d, n): io.read_json(layout.noisy(d, n) / "stats.json")
-            for d in params["grid"]["datasets"] for n in params["grid"]["noises"]}
+            for d in params["grid"]["datasets"] for n in noises_of(params["grid"])}
 
 
 def noise_table(stats: dict[tuple[str, str], dict]) -> pd.DataFrame:
@@ -237,7 +236,7 @@ def write_report(params: dict, layout) -> Path:
 
     clusters = cluster_size_table(stats)
     per_class = {f"{d}/{n}": pd.read_csv(layout.noisy(d, n) / "per_class.csv")
-                 for d in params["grid"]["datasets"] for n in params["grid"]["noises"]}
+                 for d in params["grid"]["datasets"] for n in noises_of(params["grid"])}
     nominal = {f"{r.dataset}/{r.noise}": r.nominal_rate for r in noise.itertuples()}
 
     chains = [_chain_line(c) for c in params["chains"].values()]
