@@ -380,6 +380,7 @@ class Trainer:
             )
 
         method.on_train_start(context(start_epoch), restored=resumed_from is not None)
+        last_test_emb = None  # the last epoch's monitoring pass over the test set, reused as the final one
         for epoch in range(start_epoch, cfg["epochs"]):
             t0 = time.perf_counter()
             torch.manual_seed(_epoch_seed(self.spec.seed, epoch))
@@ -438,6 +439,8 @@ class Trainer:
                         best = {"epoch": epoch + 1, "score": val["precision_at_1"],
                                 "model": copy.deepcopy(model.state_dict()), "method": copy.deepcopy(method.state_dict())}
                 test_emb = embed(model, test_x, device)
+                if last:
+                    last_test_emb = test_emb
                 monitor = retrieval_metrics(
                     test_emb, self.test_set.labels, recall_at=(1,), nmi=False, include=MONITOR_METRICS,
                     max_k=self.spec.evaluate.get("max_k", 1023),
@@ -464,7 +467,9 @@ class Trainer:
             model.load_state_dict(best["model"])
             method.load_state_dict(best["method"])
             selected_epoch = best["epoch"]
-        test_emb = embed(model, test_x, device)
+        # the last epoch's model is the final one unless validation chose another: its test pass is reused
+        reuse = last_test_emb is not None and selected_epoch == cfg["epochs"]
+        test_emb = last_test_emb if reuse else embed(model, test_x, device)
         train_emb = embed(model, train_x, device)
         val_emb = embed(model, val_x, device) if val_x is not None else None
         exports = {k: np.asarray(v) for k, v in method.export(context(cfg["epochs"])).items()}
