@@ -177,13 +177,19 @@ def _check_timing(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     return timing
 
 
+def _mapping_or_empty(section: Any, key: str, what: str) -> Mapping:
+    """A section of keyed entries that may be empty (``{}`` or left blank)."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ParamsError(f"{key}: expected a mapping of {what}")
+    return section
+
+
 def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     """Chained runs (``chains.<key>``): each names its upstream run; the DVC stage ``train_chain@<key>`` depends
     on that run's folder, so ``dvc repro`` trains the upstream first and re-trains the chain when it changes."""
-    if section is None:
-        section = {}
-    if not isinstance(section, Mapping):
-        raise ParamsError("chains: expected a mapping of stage key -> chained run")
+    section = _mapping_or_empty(section, "chains", "stage key -> chained run")
     grid = p["grid"]
     chains: dict[str, dict] = {}
     for key, body in section.items():
@@ -257,10 +263,7 @@ def _check_run_noises(grid: dict, noise: dict) -> None:
 
 def _check_noise_runs(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     """``noise_runs.<dataset>-<noise>``: the grid run whose training embeddings a run-sourced noise clusters."""
-    if section is None:
-        section = {}
-    if not isinstance(section, Mapping):
-        raise ParamsError("noise_runs: expected a mapping of '<dataset>-<noise>' -> {dataset, noise, run}")
+    section = _mapping_or_empty(section, "noise_runs", "'<dataset>-<noise>' -> {dataset, noise, run}")
     grid = p["grid"]
     entries: dict[str, dict] = {}
     for key, body in section.items():
