@@ -9,9 +9,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def raw_params():
-    """The repository's params.yaml as a plain mapping, to modify in a test."""
+    """The repository's params.yaml as a plain mapping, to modify in a test.
+
+    Runs start from scratch here (``train.pretrained: none``): a unit test has no pretrain stage's output;
+    tests/test_pretrain.py and the end-to-end test cover the pretrained start."""
     with open(REPO / "params.yaml") as f:
-        return copy.deepcopy(yaml.safe_load(f))
+        raw = copy.deepcopy(yaml.safe_load(f))
+    raw["train"]["pretrained"] = "none"
+    return raw
 
 
 def tiny_params(raw):

@@ -45,6 +45,9 @@ def repo(tmp_path_factory):
     raw["noise_runs"] = {"glyphs-scrun": {"dataset": "glyphs", "noise": "scrun",
                                           "run": {"noise": "clean", "method": "ms", "seed": 0}}}
     raw["methods"]["prism"]["memory_size"] = 64
+    # every run starts from the embedded pretrained backbone (a tiny pretraining)
+    raw["train"]["pretrained"] = "embedded"
+    raw["pretrain"].update(classes=8, images_per_class=6, image_size=16, epochs=1, batch_size=16)
     # model selection on held-out training classes, with the (opt-in) timing stage on
     raw["train"].update(validation_classes=2, model_selection="best_validation", batch={"classes": 2, "per_class": 2})
     raw["methods"]["prism"].update(warmup_steps=0, memory_warmup_steps=0)  # selection from the first step
@@ -84,6 +87,16 @@ def test_repro_produces_report_and_metrics(repo):
     assert 0 <= metrics["glyphs/clean/ms"]["precision_at_1"] <= 1
     shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env)
     assert "glyphs/clean/ms" in shown
+
+
+def test_runs_start_from_the_pretrain_stage_weights(repo):
+    root, env, _ = repo
+    dot = _run([sys.executable, "-m", "dvc", "dag", "--dot", "train@glyphs-clean-ms-0"], root, env)
+    assert '"pretrain" -> "train@glyphs-clean-ms-0"' in dot
+    card = json.loads((root / "data" / "pretrained" / "card.json").read_text())
+    assert card["trained_here"] and card["source_classes"] == 8 and len(card["source_characters"]) == 8
+    info = json.loads((root / "runs" / "glyphs" / "clean" / "ms" / "seed0" / "run.json").read_text())
+    assert info["pretrained"] == {"source": "embedded", "sha256": card["weights_sha256"]}
 
 
 def test_dvc_plots_render_one_line_per_method(repo):

@@ -46,9 +46,10 @@ def test_methods_with_parameters_put_them_in_the_optimizer(name):
 
 
 def test_cross_batch_memory_starts_after_its_warmup():
-    method = build_method("mcl", _setup("mcl"))
-    warmup = method.hparams["memory_warmup_steps"]
-    assert warmup > 0
+    # the from-scratch regime's warm-up (the default, pretrained, is 0: the memory fills from step 0)
+    warmup = 300
+    method = build_method("mcl", MethodSetup({**PARAMS["methods"]["mcl"], "memory_warmup_steps": warmup}, 4, 16, 32,
+                                             np.repeat(np.arange(4), 8), seed=0))
     emb = torch.nn.functional.normalize(torch.randn(8, 16), dim=1)
     labels = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
     method.loss(batch_of(emb, labels, step=warmup - 1))

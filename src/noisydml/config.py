@@ -32,7 +32,8 @@ __all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_par
 TRAIN_SCHEMA: dict[str, Field] = {
     "backbone": Field(str, "small_cnn", help="a name of noisydml.models.BACKBONES"),
     "backbone_width": Field(int, 16, min=1, help="channels of the first block of small_cnn"),
-    "pretrained": Field(bool, False),
+    "pretrained": Field(str, "none", help="where the backbone starts: none | embedded (the pretrain stage's "
+                                          "weights) | imagenet (torchvision, ResNets) | a .pt/.pth weights file"),
     "embedding_dim": Field(int, 64, min=2),
     "epochs": Field(int, 12, min=1),
     "batch": Field(dict, {"classes": 16, "per_class": 4}),
@@ -82,8 +83,20 @@ GRID_SCHEMA = {
     "methods": Field(list, item_type=str),
     "seeds": Field(list, [0], item_type=int, min=0),
 }
-TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "noise_runs", "train", "runtime", "evaluate", "methods",
-             "chains", "tracking", "report", "timing")
+TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "noise_runs", "pretrain", "train", "runtime", "evaluate",
+             "methods", "chains", "tracking", "report", "timing")
+#: The pretrain stage (``train.pretrained: embedded``): the backbone learns to classify source glyphs, characters
+#: disjoint from every class of the ``glyphs`` dataset (:func:`noisydml.data.glyphs.source_chars`).
+PRETRAIN_SCHEMA = {
+    "classes": Field(int, 400, min=2, help="source characters (at most the number available)"),
+    "images_per_class": Field(int, 32, min=6, help="rendered views per source character (4 held out)"),
+    "image_size": Field(int, 32, min=8, help="side of the source images"),
+    "epochs": Field(int, 15, min=1),
+    "batch_size": Field(int, 128, min=2),
+    "lr": Field(float, 0.002, min=0.0, help="Adam, cosine schedule"),
+    "weight_decay": Field(float, 0.0001, min=0.0),
+    "seed": Field(int, 0, min=0),
+}
 #: Which run's embeddings a run-sourced noise setting clusters, on one dataset (``noise_runs.<dataset>-<noise>``):
 #: the DVC stage ``corrupt_from_run@<dataset>-<noise>`` depends on that run's folder.
 NOISE_RUN_SCHEMA = {
@@ -309,8 +322,8 @@ def validate_params(raw: Any) -> dict[str, Any]:
     unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
         raise ParamsError(f"params: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL)}")
-    for key in ("grid", "datasets", "noise", "noise_runs", "methods", "chains", "train", "runtime", "evaluate",
-                "tracking", "report", "timing"):
+    for key in ("grid", "datasets", "noise", "noise_runs", "pretrain", "methods", "chains", "train", "runtime",
+                "evaluate", "tracking", "report", "timing"):
         if key not in raw:
             raise ParamsError(f"params: missing required section {key!r} (no hidden defaults: every section "
                               "is written out in params.yaml)")
@@ -340,6 +353,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
         raise ParamsError("train.model_selection: 'best_validation' needs train.validation_classes > 0 "
                           "(held-out training classes; the test set is never used to select a model)")
     p["train"] = train
+    p["pretrain"] = check_section(raw["pretrain"], PRETRAIN_SCHEMA, "pretrain")
     p["runtime"] = check_section(raw["runtime"], RUNTIME_SCHEMA, "runtime")
     p["evaluate"] = check_section(raw["evaluate"], EVALUATE_SCHEMA, "evaluate")
     for i, k in enumerate(p["evaluate"]["recall_at"]):

@@ -37,7 +37,7 @@ from noisydml.engine.judge import GroundTruth, score_decisions
 from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import build_method
 from noisydml.methods.base import Batch, EpochContext, MethodSetup
-from noisydml.models import build_model
+from noisydml.models import build_model, load_backbone_weights
 from noisydml.schema import ParamsError
 
 CHECKPOINT_VERSION = 2
@@ -86,20 +86,22 @@ class RunSpec:
     evaluate: dict[str, Any] = field(default_factory=dict)
     #: Fingerprints of upstream runs this one takes labels, weights or inputs from (run chaining).
     upstream: dict[str, str] = field(default_factory=dict)
+    #: The pretrained backbone weights it starts from: ``{"source", "sha256"}`` (empty: none / torchvision's).
+    pretrained: dict[str, str] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
-        blob = json.dumps(
-            {
-                "method": self.method,
-                "method_hparams": self.method_hparams,
-                "train": self.train,
-                "seed": self.seed,
-                "data": self.data_fingerprint,
-                "upstream": self.upstream,
-                "version": CHECKPOINT_VERSION,
-            },
-            sort_keys=True,
-        )
+        spec = {
+            "method": self.method,
+            "method_hparams": self.method_hparams,
+            "train": self.train,
+            "seed": self.seed,
+            "data": self.data_fingerprint,
+            "upstream": self.upstream,
+            "version": CHECKPOINT_VERSION,
+        }
+        if self.pretrained:  # only when used: runs from scratch keep the fingerprints they had
+            spec["pretrained"] = self.pretrained
+        blob = json.dumps(spec, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -259,6 +261,7 @@ class Trainer:
         inputs: dict[str, np.ndarray] | None = None,
         init_state: dict | None = None,
         progress: bool | None = None,
+        backbone_state: dict | None = None,
     ):
         self.spec = spec
         self.train_set = train_set
@@ -280,6 +283,9 @@ class Trainer:
         #: ``{"model": state_dict, "method": state_dict}`` from an upstream run, loaded before epoch 0
         #: (never on resume: the checkpoint has the run's own state).
         self.init_state = init_state
+        #: Pretrained backbone weights (``train.pretrained``), loaded before epoch 0 (the checkpoint has them
+        #: on resume); an upstream's ``init_state`` replaces them.
+        self.backbone_state = backbone_state
 
     def _check_batch(self, labels: np.ndarray) -> None:
         cfg = self.spec.train["batch"]
@@ -311,7 +317,10 @@ class Trainer:
             raise ParamsError("train.model_selection: 'best_validation' needs held-out validation classes, and "
                               "this trainer was given none (train.validation_classes held out no data here)")
         best: dict | None = None  # {"epoch", "score", "model", "method"} of the best validation epoch
-        model = build_model(cfg, in_channels=train_x.shape[1]).to(device)
+        model = build_model(cfg, in_channels=train_x.shape[1])
+        if self.backbone_state is not None:
+            load_backbone_weights(model.backbone, self.backbone_state, cfg["pretrained"])
+        model = model.to(device)
         method = build_method(
             self.spec.method,
             MethodSetup(

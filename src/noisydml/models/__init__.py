@@ -1,8 +1,16 @@
 """Backbones and the embedding network (backbone -> linear head -> L2 normalisation).
 
 ``small_cnn`` is the CPU default for the embedded dataset; the torchvision
-ResNets are for the paper profile (``pretrained: true`` loads ImageNet weights,
-which needs the internet once, or torch's cache).
+ResNets are for the paper profile. Where a backbone starts is ``train.pretrained``:
+
+- ``none``: random initialisation (from scratch);
+- ``embedded``: the weights of the ``pretrain`` stage (the backbone trained to classify
+  other glyphs, :mod:`noisydml.engine.pretrain`), ``data/pretrained/backbone.pt``;
+- ``imagenet``: torchvision's ImageNet weights for the ResNets (needs the internet once, or torch's cache);
+- a path to a weights file (``.pt``/``.pth``: a state dict of the backbone, e.g. a torchvision or timm
+  ResNet's; its classifier keys are ignored), for the paper profile on a machine without internet.
+
+Loaded weights adapt to the images' channels (:func:`adapt_first_layer`).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from noisydml.schema import check_choice
+from noisydml.schema import ParamsError, check_choice
 
 
 class SmallCNN(nn.Module):
@@ -38,7 +46,7 @@ def _torchvision_resnet(name: str) -> Callable[[int, dict], nn.Module]:
     def build(in_channels: int, cfg: dict) -> nn.Module:
         import torchvision
 
-        weights = "DEFAULT" if cfg["pretrained"] else None
+        weights = "DEFAULT" if cfg["pretrained"] == "imagenet" else None
         net = getattr(torchvision.models, name)(weights=weights)
         if in_channels != 3:
             # Grey images: repeat them to 3 channels rather than drop the pretrained stem.
@@ -93,5 +101,59 @@ def build_model(train_cfg: dict, in_channels: int) -> EmbeddingNet:
 
 
 def check_backbone(train_cfg: dict) -> None:
-    """``train.backbone`` must be one of :data:`BACKBONES`."""
+    """``train.backbone`` must be one of :data:`BACKBONES`; ``train.pretrained`` a source it can start from."""
     check_choice(train_cfg["backbone"], list(BACKBONES), "train.backbone", "backbone")
+    pretrained = train_cfg["pretrained"]
+    if pretrained == "imagenet" and not train_cfg["backbone"].startswith("resnet"):
+        raise ParamsError(f"train.pretrained: 'imagenet' weights exist for the ResNets only, not "
+                          f"{train_cfg['backbone']!r}; allowed here: none, embedded, or a weights file")
+    if pretrained not in PRETRAINED_SOURCES and not pretrained.endswith((".pt", ".pth")):
+        raise ParamsError(f"train.pretrained: {pretrained!r} is not allowed; allowed: "
+                          f"{', '.join(PRETRAINED_SOURCES)}, or a path to a .pt/.pth weights file")
+
+
+#: ``train.pretrained`` values other than a weights file's path.
+PRETRAINED_SOURCES = ("none", "embedded", "imagenet")
+
+
+def adapt_first_layer(state: dict[str, torch.Tensor], backbone: nn.Module) -> dict[str, torch.Tensor]:
+    """Make a state dict's first convolution take the backbone's number of input channels.
+
+    Grey weights (1 channel) on colour images: the kernel is repeated over the 3 channels and divided by 3,
+    so an image whose 3 channels are equal gives the response the grey image gave. Colour weights on grey
+    images: the kernel is summed over its channels, the same as feeding the grey image repeated 3 times.
+    """
+    own = backbone.state_dict()
+    out = dict(state)
+    first = next((k for k, v in own.items() if v.dim() == 4), None)  # the first convolution's kernel
+    if first is None or first not in state or state[first].dim() != 4:
+        return out
+    have, want = state[first].shape[1], own[first].shape[1]
+    if have != want:
+        if have == 1:
+            out[first] = state[first].repeat(1, want, 1, 1) / want
+        elif want == 1:
+            out[first] = state[first].sum(1, keepdim=True)
+        else:
+            raise ValueError(f"pretrained weights: {first} takes {have} channels, the images have {want}")
+    return out
+
+
+def load_backbone_weights(backbone: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+    """Load pretrained weights into ``backbone``: every backbone key must be matched (a classifier's extra keys,
+    such as torchvision's ``fc.*``, are ignored); shapes other than the first layer's channels must agree."""
+    own = backbone.state_dict()
+    # grey images on a ResNet: conv1 is Sequential(repeat-to-3-channels, conv1), so its weight is conv1.1.*
+    state = {**{k: state[k.replace("conv1.1.", "conv1.", 1)] for k in own
+                if k.startswith("conv1.1.") and k not in state and k.replace("conv1.1.", "conv1.", 1) in state},
+             **state}
+    state = adapt_first_layer(state, backbone)
+    missing = [k for k in own if k not in state]
+    if missing:
+        raise ValueError(f"pretrained weights {source}: {len(missing)} of the backbone's {len(own)} tensors are "
+                         f"missing (first: {missing[0]!r}); is it a state dict of train.backbone?")
+    wrong = [k for k in own if state[k].shape != own[k].shape]
+    if wrong:
+        raise ValueError(f"pretrained weights {source}: {wrong[0]!r} has shape {tuple(state[wrong[0]].shape)}, the "
+                         f"backbone's is {tuple(own[wrong[0]].shape)}")
+    backbone.load_state_dict({k: state[k] for k in own})

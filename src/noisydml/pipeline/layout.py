@@ -9,6 +9,8 @@ from pathlib import Path
 TRAIN_EMBEDDINGS = "train_embeddings.npz"
 #: A run's per-sample exports (:meth:`noisydml.methods.base.Method.export`), keyed by sample id.
 EXPORTS = "exports.npz"
+#: The pretrain stage's backbone weights (``train.pretrained: embedded``), in :attr:`Layout.pretrained`.
+PRETRAINED_WEIGHTS = "backbone.pt"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,11 @@ class Layout:
 
     def timing(self, entry: str) -> Path:
         return self.root / "timing" / f"{entry}.json"
+
+    @property
+    def pretrained(self) -> Path:
+        """The pretrain stage's output: ``backbone.pt`` and ``card.json``."""
+        return self.root / "data" / "pretrained"
 
     @property
     def reports(self) -> Path:

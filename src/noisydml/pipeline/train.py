@@ -22,6 +22,7 @@ from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, embed
 from noisydml.methods import check_method
 from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
+from noisydml.pipeline.pretrained import load_pretrained
 from noisydml.pipeline.rundata import load_run_data, take_upstream
 from noisydml.schema import ParamsError
 from noisydml.tracking import MlflowTracker, git_commit
@@ -67,8 +68,10 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
     name = run_name(dataset, noise, name_in_grid, seed)
     if chain is not None:
         data, inputs, init_state, upstream = _upstream(chain, data, layout, f"chained run {name}")
+    backbone_state, pretrained = load_pretrained(params, layout)
     spec = RunSpec(method=method, method_hparams=hparams, train=params["train"], seed=seed,
-                   data_fingerprint=data.fingerprint, evaluate=params["evaluate"], upstream=upstream)
+                   data_fingerprint=data.fingerprint, evaluate=params["evaluate"], upstream=upstream,
+                   pretrained=pretrained)
     tracker = MlflowTracker(
         params["tracking"]["experiment"],
         name,
@@ -86,7 +89,8 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
     stop = os.environ.get("NOISYDML_STOP_AFTER_EPOCH")
     trainer = Trainer(spec, data.train_set, data.test_set, checkpoint, tracker=tracker, runtime=params["runtime"],
                       val_set=data.val_set, truth=data.truth, sample_ids=data.sample_ids, inputs=inputs,
-                      init_state=init_state, stop_after_epoch=int(stop) if stop else None)
+                      init_state=init_state, stop_after_epoch=int(stop) if stop else None,
+                      backbone_state=backbone_state)
     try:
         result = trainer.fit()
     except BaseException:
@@ -122,6 +126,7 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
             "selected_epoch": result.selected_epoch, "model_selection": params["train"]["model_selection"],
             "validation_classes": params["train"]["validation_classes"], "exports": sorted(result.exports),
             "trained_samples": int(len(data.sample_ids)), "upstream": upstream or None,
+            **({"pretrained": pretrained} if pretrained else {}),
             "environment": result.device,
         })
     io.write_json(layout.volatile(dataset, noise, name_in_grid, seed), {

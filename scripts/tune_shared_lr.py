@@ -1,0 +1,98 @@
+"""Choose the shared learning rate on held-out *training* classes, for all methods together; prints a table.
+
+    python scripts/tune_shared_lr.py --lrs 0.002 0.001 0.0005 --noise sym50 --validation-classes 40 \
+        --workdir /tmp/tune [--set train.pretrained=embedded ...] [--seeds 0]
+
+Every method of params.yaml's ``grid.methods`` trains on ``--noise``'s labels of the grid's first dataset
+with ``train.validation_classes`` training classes held out (by noisy label: all a practitioner has); the
+score of a learning rate is the validation P@1 of the last epoch, averaged over the methods (one shared
+setting, never per method). The test set is never read for the choice (its P@1 is printed beside, for the
+record only). Runs go to ``--workdir`` (outside the repository's DVC outputs); the MLflow runs to
+``--workdir/mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+
+def _set(params: dict, assignment: str) -> None:
+    key, value = assignment.split("=", 1)
+    *path, last = key.split(".")
+    node = params
+    for part in path:
+        node = node[part]
+    node[last] = yaml.safe_load(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--lrs", type=float, nargs="+", required=True)
+    parser.add_argument("--noise", default="sym50")
+    parser.add_argument("--validation-classes", type=int, default=40)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--set", action="append", default=[], help="key.path=value (YAML), applied before tuning")
+    args = parser.parse_args()
+
+    raw = yaml.safe_load(Path(args.params).read_text())
+    for assignment in args.set:
+        _set(raw, assignment)
+    raw["train"].update(validation_classes=args.validation_classes, model_selection="last")
+    raw["chains"] = {}
+    raw["timing"]["entries"] = {}
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{args.workdir.resolve() / 'mlflow.db'}")
+
+    from noisydml.pipeline.check import validate_all
+    from noisydml.pipeline.corrupt import corrupt
+    from noisydml.pipeline.layout import Layout
+    from noisydml.pipeline.prepare import prepare
+    from noisydml.pipeline.pretrain import pretrain
+    from noisydml.pipeline.train import train
+
+    base = validate_all(raw)
+    dataset = base["grid"]["datasets"][0]
+    shared = Layout(args.workdir / "shared")
+    if not (shared.prepared(dataset) / "manifest.csv").exists():
+        prepare(base, dataset, shared)
+    if not (shared.noisy(dataset, args.noise) / "labels.csv").exists():
+        corrupt(base, dataset, args.noise, shared)
+    if base["train"]["pretrained"] == "embedded" and not (shared.pretrained / "card.json").exists():
+        pretrain(base, shared)
+
+    rows = []
+    for lr in args.lrs:
+        params = copy.deepcopy(base)
+        params["train"]["optimizer"]["lr"] = lr
+        root = args.workdir / f"lr{lr:g}"
+        layout = Layout(root)
+        (root / "data").mkdir(parents=True, exist_ok=True)
+        for part in ("prepared", "noisy", "pretrained"):
+            link = root / "data" / part
+            if not link.exists() and (shared.root / "data" / part).exists():
+                link.symlink_to((shared.root / "data" / part).resolve())
+        for method in params["grid"]["methods"]:
+            for seed in args.seeds:
+                run = layout.run(dataset, args.noise, method, seed)
+                if not (run / "history.csv").exists():
+                    train(params, dataset, args.noise, method, seed, layout)
+                last = pd.read_csv(run / "history.csv").iloc[-1]
+                rows.append({"lr": lr, "method": method, "seed": seed,
+                             "val_p_at_1": last["val_precision_at_1"], "test_p_at_1 (not used)": last["test_precision_at_1"]})
+    table = pd.DataFrame(rows)
+    print(table.pivot_table(index="method", columns="lr", values="val_p_at_1").round(4).to_string())
+    score = table.groupby("lr")[["val_p_at_1", "test_p_at_1 (not used)"]].mean().round(4)
+    print(score.to_string())
+    print(f"chosen lr (highest mean validation P@1 over methods): {score['val_p_at_1'].idxmax():g}")
+
+
+if __name__ == "__main__":
+    main()

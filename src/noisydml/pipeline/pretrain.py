@@ -1,0 +1,67 @@
+"""The pretrain stage: ``train.pretrained: embedded`` -> ``data/pretrained/`` (backbone weights and a card).
+
+Renders the source glyph set (characters disjoint from every class of the
+``glyphs`` dataset, :func:`noisydml.data.glyphs.source_chars`) and trains
+``train.backbone`` to classify it (:mod:`noisydml.engine.pretrain`). Every train
+stage depends on ``data/pretrained/``: with another ``train.pretrained`` the
+stage writes only a card saying so (no training), and the runs start from
+their own source.
+"""
+
+from __future__ import annotations
+
+import time
+import numpy as np
+import torch
+
+from noisydml import io
+from noisydml.data.prepared import sha256_file
+from noisydml.models import check_backbone
+from noisydml.pipeline.layout import PRETRAINED_WEIGHTS, Layout
+
+
+def pretrain(params: dict, layout: Layout = Layout()) -> dict:
+    train_cfg, cfg = params["train"], params["pretrain"]
+    check_backbone(train_cfg)
+    out = layout.pretrained
+    if train_cfg["pretrained"] != "embedded":
+        card = {"pretrained": train_cfg["pretrained"], "trained_here": False,
+                "note": "train.pretrained is not 'embedded': nothing to pretrain; runs start from their own source"}
+        with io.atomic_dir(out) as tmp:
+            io.write_json(tmp / "card.json", card)
+        print(f"pretrain: train.pretrained is {train_cfg['pretrained']!r}; nothing to pretrain")
+        return card
+
+    from noisydml.data.glyphs import generate_source
+    from noisydml.engine.pretrain import pretrain_backbone
+
+    if params["runtime"]["threads"]:
+        torch.set_num_threads(params["runtime"]["threads"])
+    t0 = time.perf_counter()
+    images, labels, names = generate_source(cfg["classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"])
+    print(f"pretrain: rendered {len(images)} images of {len(names)} source characters in "
+          f"{time.perf_counter() - t0:.1f}s")
+    state, measured = pretrain_backbone(train_cfg, cfg, images, labels, progress=params["runtime"]["progress"])
+    with io.atomic_dir(out) as tmp:
+        torch.save({"backbone": state, "backbone_name": train_cfg["backbone"],
+                    "backbone_width": train_cfg["backbone_width"], "in_channels": int(images.shape[-1])},
+                   tmp / PRETRAINED_WEIGHTS)
+        card = {
+            "pretrained": "embedded", "trained_here": True,
+            "backbone": train_cfg["backbone"], "backbone_width": train_cfg["backbone_width"],
+            "objective": "cross-entropy over the source classes (linear classifier, dropped afterwards)",
+            "settings": cfg,
+            "source_characters": names,
+            "images": int(len(images)),
+            **measured,
+            "images_sha256": _sha256_array(images),
+            "weights_sha256": sha256_file(tmp / PRETRAINED_WEIGHTS),
+        }
+        io.write_json(tmp / "card.json", card)
+    return card
+
+
+def _sha256_array(a: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
