@@ -205,20 +205,7 @@ def generate_source(num_classes: int, images_per_class: int, image_size: int, se
     if num_classes > len(chars):
         raise ValueError(f"pretrain.classes: {num_classes}, but only {len(chars)} source characters are available; "
                          f"allowed: 2..{len(chars)}")
-    rng = np.random.default_rng(seed)
-    chosen = [chars[i] for i in rng.permutation(len(chars))[:num_classes]]
-    fonts = load_fonts(FACE_FILES)
-    images = np.empty((num_classes * images_per_class, image_size, image_size, 1), np.uint8)
-    labels = np.repeat(np.arange(num_classes, dtype=np.int64), images_per_class)
-    for label, ch in enumerate(chosen):
-        covering = faces_covering(ch, fonts)
-        templates = [_render(fonts[i], ch) for i in covering]
-        faces = rng.integers(0, len(covering), size=images_per_class)
-        for j, face in enumerate(faces):
-            images[label * images_per_class + j, :, :, 0] = _augment(templates[face], rng, image_size)
-        if progress is not None:
-            progress.update(1)
-    return images, labels, [class_name(c) for c in chosen]
+    return _render_classes(chars, num_classes, images_per_class, image_size, seed, progress)
 
 
 def class_name(ch: str) -> str:
@@ -270,14 +257,22 @@ def generate(num_classes: int, images_per_class: int, image_size: int, seed: int
             f"glyphs: num_classes={num_classes}, but only {len(chars)} distinct characters are "
             f"available in every face; allowed: 4..{len(chars)}"
         )
+    return _render_classes(chars, num_classes, images_per_class, image_size, seed, progress)
+
+
+def _render_classes(chars: list[str], num_classes: int, images_per_class: int, image_size: int, seed: int,
+                    progress=None):
+    """A seeded choice of ``num_classes`` of ``chars``, ``images_per_class`` random views of each, every view
+    drawn by one of the faces that cover its character (every face, for the target's characters)."""
     rng = np.random.default_rng(seed)
     chosen = [chars[i] for i in rng.permutation(len(chars))[:num_classes]]
     fonts = load_fonts(FACE_FILES)
     images = np.empty((num_classes * images_per_class, image_size, image_size, 1), np.uint8)
     labels = np.repeat(np.arange(num_classes, dtype=np.int64), images_per_class)
     for label, ch in enumerate(chosen):
-        templates = [_render(f, ch) for f in fonts]
-        faces = rng.integers(0, len(fonts), size=images_per_class)
+        covering = faces_covering(ch, fonts)
+        templates = [_render(fonts[i], ch) for i in covering]
+        faces = rng.integers(0, len(covering), size=images_per_class)
         for j, face in enumerate(faces):
             images[label * images_per_class + j, :, :, 0] = _augment(templates[face], rng, image_size)
         if progress is not None:
