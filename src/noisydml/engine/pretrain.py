@@ -25,16 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from noisydml.models import BACKBONES
+from noisydml.models import BACKBONES, images_to_tensor
 
 #: Images of each source class kept out of pretraining to measure source accuracy (ours).
 HELD_OUT_PER_CLASS = 4
-
-
-def _as_tensor(images: np.ndarray) -> torch.Tensor:
-    """uint8 (N, H, W, C) -> float (N, C, H, W) in [-1, 1], as the trainer feeds images."""
-    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
-    return x.div_(127.5).sub_(1.0)
 
 
 def pretrain_backbone(train_cfg: dict, cfg: dict, images: np.ndarray, labels: np.ndarray,
@@ -50,8 +44,9 @@ def pretrain_backbone(train_cfg: dict, cfg: dict, images: np.ndarray, labels: np
     position_in_class = np.arange(len(labels)) - np.searchsorted(labels, labels)
     per_class = np.bincount(labels)
     held_out = position_in_class >= (per_class[labels] - HELD_OUT_PER_CLASS)
-    x_train, y_train = _as_tensor(images[~held_out]), torch.from_numpy(labels[~held_out])
-    x_test, y_test = _as_tensor(images[held_out]), torch.from_numpy(labels[held_out])
+    # the trainer's image scaling, so the weights see what fine-tuning will feed them
+    x_train, y_train = images_to_tensor(images[~held_out]), torch.from_numpy(labels[~held_out])
+    x_test, y_test = images_to_tensor(images[held_out]), torch.from_numpy(labels[held_out])
 
     backbone = BACKBONES[train_cfg["backbone"]](images.shape[-1], train_cfg)
     classifier = nn.Linear(backbone.out_dim, num_classes)

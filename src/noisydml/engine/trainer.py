@@ -37,7 +37,7 @@ from noisydml.engine.judge import GroundTruth, score_decisions
 from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import build_method
 from noisydml.methods.base import Batch, EpochContext, MethodSetup
-from noisydml.models import build_model, load_backbone_weights
+from noisydml.models import build_model, images_to_tensor, load_backbone_weights
 from noisydml.schema import ParamsError
 
 CHECKPOINT_VERSION = 2
@@ -70,8 +70,7 @@ class ImageSet:
 
     def tensor(self) -> torch.Tensor:
         """All images as a float tensor (N, C, H, W) scaled to [-1, 1]."""
-        x = torch.from_numpy(np.ascontiguousarray(self.images)).permute(0, 3, 1, 2).float()
-        return x.div_(127.5).sub_(1.0)
+        return images_to_tensor(self.images)
 
 
 @dataclass

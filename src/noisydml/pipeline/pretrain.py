@@ -10,7 +10,9 @@ their own source.
 
 from __future__ import annotations
 
+import hashlib
 import time
+
 import numpy as np
 import torch
 
@@ -62,6 +64,4 @@ def pretrain(params: dict, layout: Layout = Layout()) -> dict:
 
 
 def _sha256_array(a: np.ndarray) -> str:
-    import hashlib
-
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()

@@ -1,4 +1,5 @@
-"""Where a run's backbone starts (``train.pretrained``): the weights the train and timing stages load.
+"""Where a run's backbone starts (``train.pretrained``): the weights the train stage loads (the timing stage
+measures seconds and starts from random weights).
 
 Apart from :mod:`noisydml.pipeline.pretrain` so that a train stage imports (and DVC tracks) the loading code
 only, not the pretraining code; it depends on the pretrain stage's output instead.
