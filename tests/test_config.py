@@ -1,3 +1,6 @@
+import copy
+import re
+
 import pytest
 
 from conftest import REPO
@@ -13,6 +16,8 @@ def test_grid_methods_can_point_at_every_method_set(tmp_path, anchor, method_set
     text = text.replace(line, f"  methods: *{anchor}")
     if anchor != "default_methods":  # the default chain's upstream (prism) is not in these sets
         text = text[: text.index("chains:\n")] + "chains: {}\n\ntracking:" + text.split("\ntracking:", 1)[1]
+    if anchor == "all_baselines":  # no bspml run to draw the default MAW/SDAW map from
+        text = text[: text.index("figures:\n")] + "figures: {bspml_maps: {}}\n\nreport:" + text.split("\nreport:", 1)[1]
     (tmp_path / "params.yaml").write_text(text)
     p = load_params(tmp_path / "params.yaml")
     assert p["grid"]["methods"] == p["method_sets"][method_set]
@@ -20,7 +25,7 @@ def test_grid_methods_can_point_at_every_method_set(tmp_path, anchor, method_set
 
 def test_repository_params_are_valid():
     p = load_params("params.yaml")
-    assert p["grid"]["methods"] == ["ms", "contrastive", "mcl", "proxy_anchor", "prism"]
+    assert p["grid"]["methods"] == ["ms", "contrastive", "mcl", "proxy_anchor", "prism", "bspml"]
     assert p["timing"]["entries"] == {}  # opt-in
     assert set(p["method_sets"]["all_baselines"]) >= {"ms", "softtriple", "circle", "supcon", "fastap"}
     # defaults are filled in
@@ -79,3 +84,25 @@ def test_mistakes_name_key_and_value(raw_params, mutate, message):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ParamsError, match="no such file"):
         load_params(tmp_path / "params.yaml")
+
+
+def test_a_figure_must_draw_from_a_run_of_the_grid():
+    import yaml
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    entry = raw["figures"]["bspml_maps"]["glyphs_sym50"]
+    assert validate_params(raw)["figures"]["bspml_maps"]["glyphs_sym50"]["method"] == "bspml"
+    for change, message in [
+        ({"seed": 7}, "figures.bspml_maps.glyphs_sym50.seed: 7 is not a seed of the grid"),
+        ({"noise": "sc75"}, "figures.bspml_maps.glyphs_sym50.noise: unknown noise setting the grid trains on 'sc75'"),
+        ({"mus": []}, "figures.bspml_maps.glyphs_sym50.mus: must list at least one value"),
+        ({"method": "ms"}, "figures.bspml_maps.glyphs_sym50.method: 'ms' is not allowed"),
+    ]:
+        bad = copy.deepcopy(raw)
+        bad["figures"]["bspml_maps"]["glyphs_sym50"] = {**entry, **change}
+        with pytest.raises(ParamsError, match=re.escape(message)):
+            validate_params(bad)
+    raw["grid"]["methods"] = ["ms", "prism"]
+    with pytest.raises(ParamsError, match=re.escape("figures.bspml_maps.glyphs_sym50.method: 'bspml' is not a "
+                                                    "method of grid.methods")):
+        validate_params(raw)

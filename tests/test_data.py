@@ -118,6 +118,7 @@ def test_folder_dataset_prepares_through_the_registry(tmp_path):
     raw["datasets"]["mine"] = {"kind": "folder", "root": "imgs", "image_size": 12, "channels": 3}
     raw["grid"]["datasets"] = ["mine"]
     raw["chains"] = {}
+    raw["figures"]["bspml_maps"] = {}
     raw["timing"]["dataset"] = "mine"
     raw["train"]["batch"] = {"classes": 3, "per_class": 2}
     cfg = validate_params(raw)["datasets"]["mine"]

@@ -45,6 +45,7 @@ def repo(tmp_path_factory):
     raw["noise_runs"] = {"glyphs-scrun": {"dataset": "glyphs", "noise": "scrun",
                                           "run": {"noise": "clean", "method": "ms", "seed": 0}}}
     raw["methods"]["prism"]["memory_size"] = 64
+    raw["figures"]["bspml_maps"] = {}  # no bspml run here (the default pipeline in CI draws its map)
     # every run starts from the embedded pretrained backbone (a tiny pretraining)
     raw["train"]["pretrained"] = "embedded"
     raw["pretrain"].update(classes=8, images_per_class=6, image_size=16, epochs=1, batch_size=16)

@@ -59,7 +59,7 @@ def test_killed_run_resumes_to_the_same_result(data, tmp_path):
 def test_checkpoint_of_another_config_is_ignored(data, tmp_path, capsys):
     with pytest.raises(KeyboardInterrupt):
         _fit(_spec(), data, tmp_path / "c.pt", stop_after_epoch=1)
-    other = _fit(_spec(optimizer={"name": "adam", "lr": 0.01, "weight_decay": 0.0, "momentum": 0.9}), data, tmp_path / "c.pt")
+    other = _fit(_spec(optimizer={"name": "adam", "lr": 0.01, "weight_decay": 0.0, "momentum": 0.9, "head_lr_factor": 1.0}), data, tmp_path / "c.pt")
     assert other.resumed_from_epoch is None
     assert "belongs to a different configuration" in capsys.readouterr().out
 
@@ -114,11 +114,13 @@ def test_best_validation_without_validation_classes_is_refused(raw_params):
 @pytest.mark.parametrize("method, hparams", [
     ("mcl", {"memory_warmup_steps": 2}),                                   # XBM's queue engaged from step 2
     ("prism", {"memory_warmup_steps": 2, "warmup_steps": 2, "window": 4}),  # memory, centres and sTRM window engaged
+    ("bspml", {"lambda_0": 0.5, "lambda_inf": 1.0, "age_multiplier": 1.5,  # weights and age move every epoch
+               "weight_step": {"step_size": 0.3, "passes": 2, "classes": 2, "per_class": 3, "block": 4}}),
 ])
 def test_resume_is_bit_exact_with_engaged_memories(data, tmp_path, method, hparams):
     spec = _spec(method, epochs=4, hparams=hparams)
     steps_per = steps_per_epoch(len(data[0].labels), 6)
-    assert steps_per * 1 > hparams["memory_warmup_steps"]  # the kill comes after the memory joined the loss
+    assert steps_per * 1 > hparams.get("memory_warmup_steps", 0)  # the kill comes after the memory joined the loss
     whole = _fit(spec, data, tmp_path / "a.pt")
     with pytest.raises(KeyboardInterrupt):
         _fit(spec, data, tmp_path / "b.pt", stop_after_epoch=2)
@@ -131,6 +133,10 @@ def test_resume_is_bit_exact_with_engaged_memories(data, tmp_path, method, hpara
         assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
     if method == "mcl":
         assert whole.method.loss_fn.has_been_filled or whole.method.loss_fn.queue_idx > 0
+    elif method == "bspml":
+        assert int(whole.method.rounds) == 4 and float(whole.method.age) == 1.0
+        w = whole.method.weights
+        assert float(w.min()) >= 0 and float(w.max()) <= 1 and not torch.equal(w, torch.ones_like(w))
     else:
         assert int(whole.method.threshold.count) > 0 and int(whole.method.memory.class_counts.sum()) > 0
 

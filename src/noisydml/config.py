@@ -53,6 +53,9 @@ OPTIMIZER_SCHEMA = {
     "lr": Field(float, 1e-3, min=0.0),
     "weight_decay": Field(float, 1e-4, min=0.0),
     "momentum": Field(float, 0.9, min=0.0, max=1.0, help="sgd only"),
+    "head_lr_factor": Field(float, 1.0, min=0.0,
+                            help="ours: the embedding head's lr is lr x this (a head that starts random on a "
+                                 "pretrained backbone may learn faster than the backbone it sits on)"),
 }
 SCHEDULE_SCHEMA = {
     "name": Field(str, "cosine", choices=("cosine", "step", "constant")),
@@ -84,7 +87,7 @@ GRID_SCHEMA = {
     "seeds": Field(list, [0], item_type=int, min=0),
 }
 TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "noise_runs", "pretrain", "train", "runtime", "evaluate",
-             "methods", "chains", "tracking", "report", "timing")
+             "methods", "chains", "tracking", "report", "timing", "figures")
 #: The pretrain stage (``train.pretrained: embedded``): the backbone learns to classify source glyphs, characters
 #: disjoint from every class of the ``glyphs`` dataset (:func:`noisydml.data.glyphs.source_chars`).
 PRETRAIN_SCHEMA = {
@@ -142,6 +145,17 @@ TIMING_ENTRY_SCHEMA = {
     "method": Field(str),
     "hparams": Field(dict, {}),
 }
+FIGURES_SCHEMA = {
+    "bspml_maps": Field(dict, {}, help="name -> a BSPML MAW/SDAW map (Figs. 3-4); empty = none"),
+}
+BSPML_MAP_SCHEMA = {
+    "dataset": Field(str), "noise": Field(str), "seed": Field(int),
+    "method": Field(str, "bspml", choices=("bspml", "spms"),
+                    help="the grid run whose final model gives xi (and whose weight-step settings are used)"),
+    "lambdas": Field(list, item_type=float, min=0.0, help="the age, held constant per cell"),
+    "mus": Field(list, item_type=float, min=0.0, help="the balance weight"),
+    "passes": Field(int, 36, min=1, help="ours: weight-step passes over N from all weights 1"),
+}
 REPORT_SCHEMA = {
     "metrics": Field(list, ["precision_at_1", "mean_average_precision_at_r"], item_type=str),
 }
@@ -188,6 +202,31 @@ def _check_timing(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     _unique([e["label"] for e in entries.values()], "timing.entries.*.label")
     timing["entries"] = entries
     return timing
+
+
+def _check_figures(section: Any, p: dict[str, Any]) -> dict[str, Any]:
+    """Figure stages: each ``figures.bspml_maps.<name>`` draws from a run of the grid (a DVC edge)."""
+    figures = check_section(section, FIGURES_SCHEMA, "figures")
+    maps = {}
+    for name, raw_entry in _mapping_or_empty(figures["bspml_maps"], "figures.bspml_maps", "map").items():
+        where = f"figures.bspml_maps.{check_name(name, 'figures.bspml_maps')}"
+        entry = check_section(raw_entry, BSPML_MAP_SCHEMA, where)
+        grid = p["grid"]
+        check_choice(entry["dataset"], grid["datasets"], f"{where}.dataset", "dataset of grid.datasets")
+        check_choice(entry["noise"], noises_of(grid), f"{where}.noise", "noise setting the grid trains on")
+        if entry["method"] not in grid["methods"]:
+            raise ParamsError(f"{where}.method: {entry['method']!r} is not a method of grid.methods (the map is "
+                              f"drawn from that run); allowed: {', '.join(grid['methods'])}; or drop the map: "
+                              "figures.bspml_maps: {}")
+        if entry["seed"] not in grid["seeds"]:
+            raise ParamsError(f"{where}.seed: {entry['seed']!r} is not a seed of the grid; allowed: "
+                              f"{', '.join(map(str, grid['seeds']))}")
+        for key in ("lambdas", "mus"):
+            if not entry[key]:
+                raise ParamsError(f"{where}.{key}: must list at least one value")
+        maps[name] = entry
+    figures["bspml_maps"] = maps
+    return figures
 
 
 def _mapping_or_empty(section: Any, key: str, what: str) -> Mapping:
@@ -321,7 +360,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
     if unknown:
         raise ParamsError(f"params: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL)}")
     for key in ("grid", "datasets", "noise", "noise_runs", "pretrain", "methods", "chains", "train", "runtime",
-                "evaluate", "tracking", "report", "timing"):
+                "evaluate", "tracking", "report", "timing", "figures"):
         if key not in raw:
             raise ParamsError(f"params: missing required section {key!r} (no hidden defaults: every section "
                               "is written out in params.yaml)")
@@ -379,6 +418,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
     p["noise_runs"] = _check_noise_runs(raw["noise_runs"], p)
     p["chains"] = _check_chains(raw["chains"], p)
     p["timing"] = _check_timing(raw["timing"], p)
+    p["figures"] = _check_figures(raw["figures"], p)
 
     # method_sets: named lists (params.yaml uses YAML anchors so grid.methods can point at one)
     p["method_sets"] = {}

@@ -69,3 +69,29 @@ def score_decisions(decisions: Decisions | None, truth: GroundTruth) -> dict[str
         out["diag_pseudo_label_coverage"] = float(has.sum() / known.sum()) if known.sum() else None
         out["diag_pseudo_label_accuracy"] = float((pl[has] == truth.true_label[has]).mean()) if has.any() else None
     return {k: v for k, v in out.items() if v is not None}
+
+
+def decision_histograms(decisions: Decisions | None, truth: GroundTruth, bins: int = 10) -> dict[str, dict]:
+    """Histograms of the per-sample weights and confidences of truly clean and truly noisy samples (known
+    ones only): ``{"weights": {"edges": [...], "clean": [...], "noisy": [...]}, ...}``, bins over [0, 1]
+    (or the values' range when they leave it)."""
+    if decisions is None:
+        return {}
+    known = truth.known.astype(bool)
+    clean = known & ~truth.is_noisy.astype(bool)
+    noisy = known & truth.is_noisy.astype(bool)
+    out = {}
+    for name in ("weights", "confidence"):
+        values = getattr(decisions, name)
+        if values is None:
+            continue
+        values = np.asarray(values, dtype=float)
+        finite = np.isfinite(values)
+        if not finite.any():
+            continue
+        low, high = min(0.0, float(values[finite].min())), max(1.0, float(values[finite].max()))
+        edges = np.linspace(low, high, bins + 1)
+        out[name] = {"edges": [float(e) for e in edges],
+                     "clean": np.histogram(values[clean & finite], edges)[0].tolist(),
+                     "noisy": np.histogram(values[noisy & finite], edges)[0].tolist()}
+    return out

@@ -33,7 +33,7 @@ from pytorch_metric_learning.utils import common_functions as pml_common
 from tqdm import tqdm
 
 from noisydml import io, neighbours
-from noisydml.engine.judge import GroundTruth, score_decisions
+from noisydml.engine.judge import GroundTruth, decision_histograms, score_decisions
 from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import build_method
 from noisydml.methods.base import Batch, EpochContext, MethodSetup
@@ -166,8 +166,16 @@ def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[in
 
 
 def build_optimizer(model: torch.nn.Module, method, opt_cfg: dict) -> torch.optim.Optimizer:
-    """One group for the model at the base lr; the method's own groups (:meth:`Method.param_groups`)."""
-    groups = [{"params": list(model.parameters()), "lr": opt_cfg["lr"]}]
+    """The backbone at the base lr, the embedding head at ``head_lr_factor`` x lr (ours), then the method's own
+    groups (:meth:`Method.param_groups`). With a factor of 1 the model stays one group, as before the factor
+    existed, so checkpoints keep their layout."""
+    head_factor = opt_cfg["head_lr_factor"]
+    if head_factor == 1.0 or not hasattr(model, "head"):
+        groups = [{"params": list(model.parameters()), "lr": opt_cfg["lr"]}]
+    else:
+        head = {id(p) for p in model.head.parameters()}
+        groups = [{"params": [p for p in model.parameters() if id(p) not in head], "lr": opt_cfg["lr"]},
+                  {"params": list(model.head.parameters()), "lr": opt_cfg["lr"] * head_factor}]
     groups += method.param_groups(opt_cfg["lr"], opt_cfg["weight_decay"])
     name, wd = opt_cfg["name"], opt_cfg["weight_decay"]
     if name == "adam":
@@ -239,6 +247,8 @@ class TrainResult:
     epoch_seconds: list[float] = field(default_factory=list)
     #: The method's per-row exports (:meth:`Method.export`).
     exports: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Clean vs noisy histograms of the final model's decisions (weights, confidences), from ground truth.
+    decision_histograms: dict[str, dict] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)
 
 
@@ -485,6 +495,7 @@ class Trainer:
             if len(values) != len(labels):
                 raise ValueError(f"{self.spec.method}.export(): {name!r} has {len(values)} values for "
                                  f"{len(labels)} training rows")
+        histograms = decision_histograms(method.decisions(), self.truth) if self.truth is not None else {}
         return TrainResult(model, method, history, test_emb, train_emb, resumed_from, self.tracker.run_id,
                            selected_epoch=selected_epoch, val_embeddings=val_emb, epoch_seconds=seconds,
-                           exports=exports, device=describe_device(device))
+                           exports=exports, device=describe_device(device), decision_histograms=histograms)

@@ -194,9 +194,13 @@ class MethodSpec:
     description: str
     #: Nested sections (e.g. ``loss``, ``miner``) whose keys are checked against their own schemas.
     nested: dict[str, dict[str, Field]] | None = None
+    #: Checks across keys (``validate(hparams, where)`` raises :class:`ParamsError` naming key and value).
+    validate: Callable[[dict[str, Any], str], None] | None = None
 
     def check(self, section: Any, where: str) -> dict[str, Any]:
         hparams = check_section(section, self.schema, where)
         for key, sub in (self.nested or {}).items():
             hparams[key] = check_section(hparams[key], sub, f"{where}.{key}")
+        if self.validate is not None:
+            self.validate(hparams, where)
         return hparams

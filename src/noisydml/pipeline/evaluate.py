@@ -51,6 +51,9 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
         if history[column].notna().any():
             training[column] = [None if pd.isna(v) else float(v) for v in history[column]]
             training[f"final_{column}"] = training[column][-1]
+    # clean vs noisy histograms of the final weights / confidences (the trainer's, from ground truth)
+    for decision, histogram in run_info.get("decision_histograms", {}).items():
+        training[f"histogram_{decision}"] = histogram
     result = {
         "dataset": dataset, "noise": noise, "method": name, "seed": seed,
         "num_queries": int(len(data["labels"])), "num_classes": int(len(np.unique(data["labels"]))),

@@ -126,6 +126,7 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
             "selected_epoch": result.selected_epoch, "model_selection": params["train"]["model_selection"],
             "validation_classes": params["train"]["validation_classes"], "exports": sorted(result.exports),
             "trained_samples": int(len(data.sample_ids)), "upstream": upstream or None,
+            **({"decision_histograms": result.decision_histograms} if result.decision_histograms else {}),
             **({"pretrained": pretrained} if pretrained else {}),
             "environment": result.device,
         })

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
@@ -115,4 +116,49 @@ def plot_selection(per_seed: pd.DataFrame, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         ax.set_title("sample selection: precision (solid), recall (dashed)")
+    _save(fig, path)
+
+
+def plot_weight_histograms(per_seed: pd.DataFrame, path: Path) -> None:
+    """Final sample weights of truly clean vs truly noisy samples, one panel per (dataset, noise, method), the
+    seeds' histograms added up (the trainer's, from ground truth)."""
+    import numpy as np
+
+    column = "histogram_weights"
+    rows = per_seed.dropna(subset=[column]) if column in per_seed else per_seed.iloc[:0]
+    groups = list(rows.groupby(["dataset", "noise", "method"], sort=False)) if not rows.empty else []
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.2 * max(1, len(groups)), 3), squeeze=False)
+    if not groups:
+        axes[0, 0].text(0.5, 0.5, "no run in the grid weights samples", ha="center", va="center")
+        axes[0, 0].set_axis_off()
+    for i, (ax, ((dataset, noise, method), group)) in enumerate(zip(axes[0], groups)):
+        edges = np.asarray(group[column].iloc[0]["edges"])
+        width = np.diff(edges)
+        for kind, colour in (("clean", "C0"), ("noisy", "C3")):
+            counts = np.sum([h[kind] for h in group[column]], axis=0).astype(float)
+            share = counts / counts.sum() if counts.sum() else counts
+            ax.bar(edges[:-1], share, width=width, align="edge", alpha=0.55, color=colour, label=kind)
+        ax.set_title(f"{method} {dataset}/{noise}", fontsize=8)
+        ax.set_xlabel("final weight")
+        if i == 0:
+            ax.set_ylabel("share of the group")
+        ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_bspml_maps(table: pd.DataFrame, title: str, path: Path) -> None:
+    """BSPML Figs. 3-4: MAW and SDAW as heatmaps over lambda (x) and mu (y), values written in the cells."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, column in zip(axes, ("maw", "sdaw")):
+        grid = table.pivot(index="mu", columns="lambda", values=column)
+        image = ax.imshow(grid.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
+        ax.set_xticks(range(len(grid.columns)), [f"{v:g}" for v in grid.columns])
+        ax.set_yticks(range(len(grid.index)), [f"{v:g}" for v in grid.index])
+        ax.set_xlabel("lambda (age)")
+        ax.set_ylabel("mu (balance)")
+        ax.set_title(column.upper())
+        for (i, j), value in np.ndenumerate(grid.to_numpy()):
+            ax.text(j, i, f"{value:.3f}", ha="center", va="center", fontsize=7, color="white")
+        fig.colorbar(image, ax=ax)
+    fig.suptitle(title, fontsize=8)
     _save(fig, path)

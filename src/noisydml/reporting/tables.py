@@ -36,7 +36,7 @@ def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.Data
             "method": method, "run_kind": kind, "seed": seed, **result["metrics"],
             "map_at_r_exact": result.get("map_at_r_exact", True), "k_used": result.get("k_used"),
             # the trainer's scores of the method's decisions: per-epoch lists and final values
-            **{k: v for k, v in training.items() if k.startswith(("diag_", "final_diag_"))},
+            **{k: v for k, v in training.items() if k.startswith(("diag_", "final_diag_", "histogram_"))},
         })
     return pd.DataFrame(rows)
 
@@ -205,6 +205,57 @@ def selection_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _pct(row, metric: str) -> str:
+    text = f"{100 * row[metric]:.2f}"
+    if row["seeds"] > 1 and pd.notna(row.get(metric + "_std")):
+        text += f" ± {100 * row[metric + '_std']:.2f}"
+    return text
+
+
+def bspml_table1(summary: pd.DataFrame, params: dict) -> list[str]:
+    """BSPML's Table 1 layout: retrieval and clustering on clean labels, Recall@K (the paper's K = 1..32 that
+    ``evaluate.recall_at`` has) and NMI in %, rows = methods; one table per dataset trained on clean labels."""
+    ks = [k for k in (1, 2, 4, 8, 16, 32) if k in params["evaluate"]["recall_at"]]
+    metrics = [f"recall_at_{k}" for k in ks] + (["nmi"] if params["evaluate"]["nmi"] else [])
+    clean = summary[summary["noise_kind"] == "none"]
+    out = []
+    for (dataset, noise), group in clean.groupby(["dataset", "noise"], sort=False):
+        out += [f"**{dataset} / {noise}** (mean over seeds ± sample SD, %)", "",
+                "| method | " + " | ".join([f"R@{k}" for k in ks] + (["NMI"] if "nmi" in metrics else [])) + " |",
+                "|" + "---|" * (len(metrics) + 1)]
+        for row in group.to_dict("records"):
+            out.append(f"| {row['method']} | " + " | ".join(_pct(row, m) for m in metrics) + " |")
+        out.append("")
+    return out
+
+
+def bspml_table2(summary: pd.DataFrame) -> list[str]:
+    """BSPML's Table 2 layout: Recall@1 ± sample SD (%) under per-class symmetric noise, rows = (dataset,
+    noise rate), columns = methods."""
+    noisy = summary[summary["noise_kind"] == "symmetric_per_class"].sort_values(["dataset", "noise_rate"], kind="stable")
+    if noisy.empty:
+        return []
+    methods = list(dict.fromkeys(noisy["method"]))
+    out = ["| data | NR | " + " | ".join(methods) + " |", "|" + "---|" * (len(methods) + 2)]
+    for (dataset, noise), group in noisy.groupby(["dataset", "noise"], sort=False):
+        cells = {row["method"]: _pct(row, "recall_at_1") for row in group.to_dict("records")}
+        rate = group["noise_rate"].iloc[0]
+        out.append(f"| {dataset} | {100 * rate:g}% | " + " | ".join(cells.get(m, "-") for m in methods) + " |")
+    return out + [""]
+
+
+def weight_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Final-epoch mean weight of truly clean and truly noisy samples of runs that weight samples (BSPML)."""
+    columns = ["final_diag_weight_clean", "final_diag_weight_noisy"]
+    if not set(columns) <= set(per_seed.columns):
+        return pd.DataFrame()
+    groups = per_seed.dropna(subset=columns).groupby(["dataset", "noise", "method"], sort=False)
+    table = groups[columns].mean().rename(columns={"final_diag_weight_clean": "mean weight, clean",
+                                                   "final_diag_weight_noisy": "mean weight, noisy"})
+    table["seeds"] = groups.size()
+    return table.reset_index()
+
+
 def _chain_line(c: dict) -> str:
     """One chained run as a Markdown bullet: what it trains, after which run, and what it takes from it."""
     takes = []
@@ -222,7 +273,9 @@ def _chain_line(c: dict) -> str:
 
 def write_report(params: dict, layout) -> Path:
     from noisydml.evaluation import metric_names
-    from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class, plot_selection
+    from noisydml.reporting.plots import (
+        plot_metric_vs_noise, plot_noise_per_class, plot_selection, plot_weight_histograms,
+    )
 
     out = layout.reports
     stats = noise_stats(params, layout)
@@ -259,8 +312,23 @@ def write_report(params: dict, layout) -> Path:
            "clean (precision) and of truly clean samples that are kept (recall), from the corrupt stage's "
            "ground truth, mean over seeds. A selection no better than chance has precision = clean fraction.", ""]
     md += [selection.round(4).to_markdown(index=False) if not selection.empty else "(no run in the grid selects samples)",
-           "", "![Selection over training](selection_over_training.png)", "",
-           "## Training time", ""]
+           "", "![Selection over training](selection_over_training.png)", ""]
+    weights = weight_summary(per_seed)
+    md += ["## Sample weights", "",
+           "Methods that weight samples (BSPML): the final mean weight of truly clean and truly noisy training "
+           "samples (ground truth the method never sees), mean over seeds, and their histograms.", "",
+           weights.round(4).to_markdown(index=False) if not weights.empty else "(no run in the grid weights samples)",
+           "", "![Weights of clean and noisy samples](weights_clean_noisy.png)", ""]
+    table1 = bspml_table1(summary, params) if "recall_at_1" in summary else []
+    table2 = bspml_table2(summary) if "recall_at_1" in summary else []
+    md += ["## BSPML's table layouts", "",
+           "Table 1 (clean labels; the paper: CUB, Cars, In-shop, SOP) and Table 2 (Recall@1 under per-class "
+           "symmetric noise, `symmetric_per_class`; the paper: 10/20/30% on CUB, Cars, In-shop), our rows for the "
+           "methods of the grid. Its MS and BSPML use rho = 1 (`ms_rho1`, `bspml`); `ms` is pml's rho = 0.5.", ""]
+    md += table1 or ["(Table 1: no clean-label noise setting in the grid)", ""]
+    md += table2 or ["(Table 2: no per-class noise setting in the grid: add sympc10, sympc20, sympc30 to "
+                     "grid.noises)", ""]
+    md += ["## Training time", ""]
     if times.empty:
         md += ["(opt-in: list methods under `timing.entries` in params.yaml to time them; see the README)", ""]
     else:
@@ -276,12 +344,13 @@ def write_report(params: dict, layout) -> Path:
     io.write_text(out / "results.md", "\n".join(md))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
     # per-epoch curves live in metrics/*.json
-    flat = per_seed.drop(columns=[c for c in per_seed.columns if c.startswith("diag_")])
+    flat = per_seed.drop(columns=[c for c in per_seed.columns if c.startswith(("diag_", "histogram_"))])
     io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
     plot_metric_vs_noise(summary, "precision_at_1", out / "p_at_1_vs_noise.png")
     plot_noise_per_class(per_class, nominal, out / "noise_per_class.png")
     plot_selection(per_seed, out / "selection_over_training.png")
+    plot_weight_histograms(per_seed, out / "weights_clean_noisy.png")
     io.write_with(out / "selection.csv", lambda p: selection.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "training_time.csv", lambda p: times.to_csv(p, index=False))
     # Plot data for `dvc plots show`: one row per point, methods told apart by the `method` field.

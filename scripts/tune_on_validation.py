@@ -1,12 +1,16 @@
-"""Choose the shared learning rate on held-out *training* classes, for all methods together; prints a table.
+"""Choose settings on held-out *training* classes (never the test set); prints a table.
 
-    python scripts/tune_shared_lr.py --lrs 0.002 0.001 0.0005 --noise sym50 --validation-classes 40 \
+    # the shared learning rate, for all methods of the grid together
+    python scripts/tune_on_validation.py --lrs 0.002 0.001 0.0005 --noise sym50 --validation-classes 40 \
         --workdir /tmp/tune [--set train.pretrained=embedded ...] [--seeds 0]
+    # a method's hyper-parameters: each candidate is a comma-separated list of assignments
+    python scripts/tune_on_validation.py --noise sympc20 --workdir /tmp/tune_bspml --set 'grid.methods=[bspml]' \
+        --candidates methods.bspml.lambda_inf=3.3,methods.bspml.lambda_0=2.7 methods.bspml.lambda_inf=3.6
 
-Every method of params.yaml's ``grid.methods`` trains on ``--noise``'s labels of the grid's first dataset
-with ``train.validation_classes`` training classes held out (by noisy label: all a practitioner has); the
-score of a learning rate is the validation P@1 of the last epoch, averaged over the methods (one shared
-setting, never per method). The test set is never read for the choice (its P@1 is printed beside, for the
+Every method of params.yaml's ``grid.methods`` (or ``--set grid.methods=[...]``) trains on ``--noise``'s
+labels of the grid's first dataset with ``train.validation_classes`` training classes held out (by noisy
+label: all a practitioner has); the score of a candidate is the validation P@1 of the last epoch, averaged
+over the methods (one shared setting, never per method). The test set is never read for the choice (its P@1 is printed beside, for the
 record only). Runs go to ``--workdir`` (outside the repository's DVC outputs); the MLflow runs to
 ``--workdir/mlflow.db``.
 """
@@ -34,7 +38,8 @@ def _set(params: dict, assignment: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--lrs", type=float, nargs="+", required=True)
+    parser.add_argument("--lrs", type=float, nargs="+", default=[], help="shorthand: candidates train.optimizer.lr=x")
+    parser.add_argument("--candidates", nargs="+", default=[], help="each: key.path=value[,key.path=value...]")
     parser.add_argument("--noise", default="sym50")
     parser.add_argument("--validation-classes", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -68,11 +73,16 @@ def main() -> None:
     if base["train"]["pretrained"] == "embedded" and not (shared.pretrained / "card.json").exists():
         pretrain(base, shared)
 
+    candidates = [f"train.optimizer.lr={lr:g}" for lr in args.lrs] + args.candidates
+    if not candidates:
+        parser.error("give --lrs or --candidates")
     rows = []
-    for lr in args.lrs:
+    for number, candidate in enumerate(candidates):
         params = copy.deepcopy(base)
-        params["train"]["optimizer"]["lr"] = lr
-        root = args.workdir / f"lr{lr:g}"
+        for assignment in candidate.split(","):
+            _set(params, assignment)
+        params = validate_all(params)
+        root = args.workdir / (f"lr{args.lrs[number]:g}" if number < len(args.lrs) else f"candidate{number}")
         layout = Layout(root)
         (root / "data").mkdir(parents=True, exist_ok=True)
         for part in ("prepared", "noisy", "pretrained"):
@@ -85,13 +95,14 @@ def main() -> None:
                 if not (run / "history.csv").exists():
                     train(params, dataset, args.noise, method, seed, layout)
                 last = pd.read_csv(run / "history.csv").iloc[-1]
-                rows.append({"lr": lr, "method": method, "seed": seed,
+                rows.append({"candidate": candidate, "method": method, "seed": seed,
                              "val_p_at_1": last["val_precision_at_1"], "test_p_at_1 (not used)": last["test_precision_at_1"]})
     table = pd.DataFrame(rows)
-    print(table.pivot_table(index="method", columns="lr", values="val_p_at_1").round(4).to_string())
-    score = table.groupby("lr")[["val_p_at_1", "test_p_at_1 (not used)"]].mean().round(4)
+    pd.set_option("display.width", 200)
+    print(table.pivot_table(index="method", columns="candidate", values="val_p_at_1").round(4).to_string())
+    score = table.groupby("candidate")[["val_p_at_1", "test_p_at_1 (not used)"]].mean().round(4)
     print(score.to_string())
-    print(f"chosen lr (highest mean validation P@1 over methods): {score['val_p_at_1'].idxmax():g}")
+    print(f"chosen (highest mean validation P@1 over methods): {score['val_p_at_1'].idxmax()}")
 
 
 if __name__ == "__main__":
