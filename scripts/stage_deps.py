@@ -70,15 +70,20 @@ def relative(paths) -> list[str]:
 
 
 #: Stages of dvc.yaml -> the stage script whose closure is their code (train_chain runs stages/train.py).
-SCRIPT_OF = {"train_chain": "train", "train_on_run_noise": "train", "corrupt_from_run": "corrupt"}
+SCRIPT_OF = {"train_chain": "train", "train_on_run_noise": "train", "train_embedding_size": "train",
+             "train_bspml_cell": "train",
+             "corrupt_from_run": "corrupt"}
 #: A stage's first line in dvc.yaml: ``  <name>:``, maybe with a YAML anchor (``  train: &train_stage``).
+#: A method's own module, e.g. ``src/noisydml/methods/bspml.py``.
+METHOD_MODULE = re.compile(r"^src/noisydml/methods/[A-Za-z_]\w*\.py$")
 STAGE_LINE = re.compile(r"^  ([A-Za-z_][\w-]*):(\s+&[\w-]+)?\s*$")
 
 
 def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
     """Rewrite the code deps (src/..., stages/...) of every stage of dvc.yaml to its closure; True if changed.
 
-    Templated deps (``${...}``: a method's module) and ``src/noisydml/methods/parts`` are kept as they are."""
+    Templated deps (``${...}``: a method's module), a method's module named outright
+    (``src/noisydml/methods/bspml.py``) and ``src/noisydml/methods/parts`` are kept as they are."""
     lines = path.read_text().splitlines(keepends=True)
     out, stage, i = [], None, 0
     while i < len(lines):
@@ -90,16 +95,23 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
         if line.strip() == "deps:" and stage:
             indent = line[: len(line) - len(line.lstrip())] + "  "
             j = i + 1
-            kept = []
+            kept, named_methods = [], []
             while j < len(lines) and lines[j].startswith(indent + "- "):
                 dep = lines[j].strip()[2:]
+                if METHOD_MODULE.match(dep) and not dep.endswith(("/__init__.py", "/base.py")):
+                    named_methods.append(lines[j])
+                    j += 1
+                    continue
                 if dep.startswith(("src/", "stages/")) and "${" not in dep and dep != "src/noisydml/methods/parts":
                     j += 1
                     continue
                 kept.append(lines[j])
                 j += 1
             script = REPO / "stages" / f"{SCRIPT_OF.get(stage, stage)}.py"
-            out += [f"{indent}- {f}\n" for f in relative(closure(script))] + kept
+            code = relative(closure(script))
+            # a method's module named outright (a stage that trains one fixed method) is kept like a templated one
+            kept = [line for line in named_methods if line.strip()[2:] not in code] + kept
+            out += [f"{indent}- {f}\n" for f in code] + kept
             i = j
             continue
         i += 1

@@ -1,11 +1,15 @@
-"""DVC stage: train one method on one noisy dataset with one seed (runs/<dataset>/<noise>/<method>/seed<k>),
-or, with --chain KEY, the chained run chains.<KEY> of params.yaml from its upstream run.
+"""DVC stage: train one run.
+
+--dataset D --noise N --method M --seed S   a run of the grid (runs/<D>/<N>/<M>/seed<S>)
+--chain KEY                                 the chained run chains.<KEY> of params.yaml, from its upstream run
+--method M --embedding-dim DIM --seed S     a point of figures.embedding_size (runs/<D>/<N>/<M>_dim<DIM>/seed<S>)
+--lam L --mu MU --seed S                    a cell of figures.bspml_cells (runs/<D>/<N>/bspml_lam<L>_mu<MU>/seed<S>)
 
 A killed run resumes from its last epoch's checkpoint when started again with the same params and code.
 """
 
-from noisydml.cli import run_grid_stage
-from noisydml.pipeline.train import train, train_chain
+from noisydml.cli import run_stage
+from noisydml.pipeline.train import add_arguments, run_from_arguments
 
 if __name__ == "__main__":
-    run_grid_stage(__doc__, ("dataset", "noise", "method", "seed"), train, chain_work=train_chain)
+    run_stage(__doc__, add_arguments, run_from_arguments)

@@ -17,7 +17,8 @@ def test_grid_methods_can_point_at_every_method_set(tmp_path, anchor, method_set
     if anchor != "default_methods":  # the default chain's upstream (prism) is not in these sets
         text = text[: text.index("chains:\n")] + "chains: {}\n\ntracking:" + text.split("\ntracking:", 1)[1]
     if anchor == "all_baselines":  # no bspml run to draw the default MAW/SDAW map from
-        text = text[: text.index("figures:\n")] + "figures: {bspml_maps: {}}\n\nreport:" + text.split("\nreport:", 1)[1]
+        text = text.replace("    glyphs_sym50: {dataset: glyphs, noise: sym50, seed: 0, method: bspml, lambdas: [2.7, 3.1, 3.5],\n"
+                            "                   mus: [0.0, 3.5, 20.0], passes: 36}\n", "    {}\n")
     (tmp_path / "params.yaml").write_text(text)
     p = load_params(tmp_path / "params.yaml")
     assert p["grid"]["methods"] == p["method_sets"][method_set]
@@ -106,3 +107,86 @@ def test_a_figure_must_draw_from_a_run_of_the_grid():
     with pytest.raises(ParamsError, match=re.escape("figures.bspml_maps.glyphs_sym50.method: 'bspml' is not a "
                                                     "method of grid.methods")):
         validate_params(raw)
+
+
+def test_embedding_size_points_are_runs_and_their_settings_are_checked():
+    import yaml
+
+    from noisydml.config import runs_of
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert validate_params(raw)["figures"]["embedding_size"]["dims"] == []  # opt-in: no runs by default
+    assert not [r for r in runs_of(validate_params(copy.deepcopy(raw))) if r[4] == "embedding_size"]
+    on = copy.deepcopy(raw)
+    on["grid"]["noises"] = [*raw["grid"]["noises"], "sympc20"]
+    on["figures"]["embedding_size"].update(dims=[16, 32], seeds=[0, 1])
+    points = [r for r in runs_of(validate_params(on)) if r[4] == "embedding_size"]
+    assert len(points) == 3 * 2 * 2 and ("glyphs", "sympc20", "bspml_dim16", 1, "embedding_size") in points
+    for change, message in [
+        ({"dims": [16]}, "figures.embedding_size.noise: 'sympc20' is not a noise setting the grid trains on"),
+        ({"methods": ["nope"]}, "figures.embedding_size.methods[0]: unknown method 'nope'"),
+        ({"dims": [0]}, "figures.embedding_size.dims[0]: 0 is below the minimum 1"),
+        ({"dataset": "cub", "dims": [16]}, "figures.embedding_size.dataset: unknown dataset of grid.datasets 'cub'"),
+    ]:
+        bad = copy.deepcopy(raw)
+        bad["figures"]["embedding_size"].update(change)
+        with pytest.raises(ParamsError, match=re.escape(message)):
+            validate_params(bad)
+    twice = copy.deepcopy(on)
+    twice["figures"]["embedding_size"]["dims"] = [16, 16]
+    with pytest.raises(ParamsError, match=re.escape("figures.embedding_size.dims: 16 is listed twice")):
+        validate_params(twice)
+    clash = copy.deepcopy(on)
+    clash["chains"]["ms_on_prism_kept"]["name"] = "ms_dim16"
+    clash["figures"]["embedding_size"]["methods"] = ["ms"]
+    with pytest.raises(ParamsError, match=re.escape("the run name 'ms_dim16' of method 'ms' at dim 16 is also")):
+        validate_params(clash)
+
+
+def test_bspml_cells_are_runs_named_as_dvc_writes_their_values():
+    import yaml
+
+    from noisydml.config import runs_of
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert validate_params(copy.deepcopy(raw))["figures"]["bspml_cells"]["lambdas"] == []  # opt-in
+    on = copy.deepcopy(raw)
+    on["grid"]["noises"] = [*raw["grid"]["noises"], "sympc20"]
+    on["figures"]["bspml_cells"].update(lambdas=[2.7, 3.0], mus=[0.0, 20], seeds=[0])
+    cells = sorted(r[2] for r in runs_of(validate_params(on)) if r[4] == "bspml_cell")
+    # the names keep the values as YAML wrote them (DVC's stage paths do the same): 20 stays "20", 3.0 "3.0"
+    assert cells == ["bspml_lam2.7_mu0.0", "bspml_lam2.7_mu20", "bspml_lam3.0_mu0.0", "bspml_lam3.0_mu20"]
+    for change, message in [
+        ({"mus": []}, "figures.bspml_cells: needs at least one lambda, one mu and one seed"),
+        ({"lambdas": [0.0]}, "figures.bspml_cells.lambdas: 0 is not allowed"),
+        ({"lambdas": [3.0, 3.0]}, "figures.bspml_cells.lambdas: 3.0 is listed twice"),
+        ({"noise": "sympc30"}, "figures.bspml_cells.noise: 'sympc30' is not a noise setting the grid trains on"),
+    ]:
+        bad = copy.deepcopy(on)
+        bad["figures"]["bspml_cells"].update(change)
+        with pytest.raises(ParamsError, match=re.escape(message)):
+            validate_params(bad)
+
+
+def test_the_train_stage_refuses_mixed_or_incomplete_options():
+    import argparse
+
+    from noisydml.pipeline.train import add_arguments, run_from_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    params = load_params(REPO / "params.yaml")
+    for argv, message in [
+        ([], "name a run: --dataset --noise --method --seed (a grid run)"),
+        (["--chain", "x", "--seed", "0"], "--chain takes --chain; drop --seed"),
+        (["--lam", "3.1", "--seed", "0"], "--lam takes --lam --mu --seed; missing --mu"),
+        (["--method", "ms", "--embedding-dim", "16", "--seed", "0", "--noise", "sym50"],
+         "--embedding-dim takes --embedding-dim --method --seed; drop --noise"),
+        (["--method", "ms", "--embedding-dim", "16", "--seed", "0"],
+         "--method ms --embedding-dim 16 --seed 0 is not a point of figures.embedding_size"),
+        (["--lam", "3.1", "--mu", "0.0", "--seed", "0"], "--lam 3.1 --mu 0.0 --seed 0 is not a cell of figures.bspml_cells"),
+        (["--dataset", "glyphs", "--noise", "sympc20", "--method", "ms", "--seed", "0"],
+         "--noise 'sympc20' is not in grid.noises or grid.run_noises"),
+    ]:
+        with pytest.raises(ParamsError, match=re.escape(message)):
+            run_from_arguments(params, parser.parse_args(argv))

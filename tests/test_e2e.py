@@ -46,6 +46,12 @@ def repo(tmp_path_factory):
                                           "run": {"noise": "clean", "method": "ms", "seed": 0}}}
     raw["methods"]["prism"]["memory_size"] = 64
     raw["figures"]["bspml_maps"] = {}  # no bspml run here (the default pipeline in CI draws its map)
+    # one point of BSPML's Fig. 5 (Recall@1 against the embedding size): ms with an 8-d embedding on sc25
+    raw["figures"]["embedding_size"] = {"dataset": "glyphs", "noise": "sc25", "methods": ["ms"], "dims": [8],
+                                        "seeds": [0]}
+    # two cells of BSPML's Figs. 3-4 retrained per cell (lambda 3.0; mu 0.0 and 20)
+    raw["figures"]["bspml_cells"] = {"dataset": "glyphs", "noise": "sc25", "lambdas": [3.0], "mus": [0.0, 20],
+                                     "seeds": [0]}
     # every run starts from the embedded pretrained backbone (a tiny pretraining)
     raw["train"]["pretrained"] = "embedded"
     raw["pretrain"].update(classes=8, images_per_class=6, image_size=16, epochs=1, batch_size=16)
@@ -83,11 +89,56 @@ def test_repro_produces_report_and_metrics(repo):
     assert "| ms |" in table and "glyphs / sym50" in table and "glyphs / sc25" in table
     metrics = json.loads((root / "reports" / "metrics.json").read_text())
     assert set(metrics) == {f"glyphs/{n}/{m}" for n in NOISES for m in ("ms", "prism")} | {
-        "glyphs/sym50/ms_on_prism_kept"}
+        "glyphs/sym50/ms_on_prism_kept", "glyphs/sc25/ms_dim8", "glyphs/sc25/bspml_lam3.0_mu0.0",
+        "glyphs/sc25/bspml_lam3.0_mu20"}
     assert "Chained runs" in table and "| ms_on_prism_kept | - | " in table
     assert 0 <= metrics["glyphs/clean/ms"]["precision_at_1"] <= 1
     shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env)
     assert "glyphs/clean/ms" in shown
+
+
+def test_embedding_size_point_trains_its_dim_and_has_its_own_report_section(repo):
+    """BSPML Fig. 5's runs: train.embedding_dim set per point, evaluated like any run, kept out of the grid table."""
+    root, env, _ = repo
+    run = root / "runs" / "glyphs" / "sc25" / "ms_dim8" / "seed0"
+    import numpy as np
+    import torch
+
+    assert np.load(run / "test_embeddings.npz")["embeddings"].shape[1] == 8
+    assert torch.load(run / "model.pt", weights_only=False)["train"]["embedding_dim"] == 8
+    report = (root / "reports" / "results.md").read_text()
+    grid_table = report.split("\n## ", 1)[0]
+    assert "ms_dim8" not in grid_table
+    section = report.split("## Embedding size (BSPML Fig. 5)", 1)[1].split("\n## ", 1)[0]
+    assert "| method | d = 8 |" in section and "| ms | " in section
+    sizes = pd.read_csv(root / "reports" / "embedding_size.csv")
+    assert sizes[["method", "embedding_dim", "seeds"]].values.tolist() == [["ms", 8, 1]]
+    assert (root / "reports" / "embedding_size.png").is_file()
+    dot = _run([sys.executable, "-m", "dvc", "dag", "--dot", "train_embedding_size@ms-8-0"], root, env)
+    assert '"corrupt@glyphs-sc25" -> "train_embedding_size@ms-8-0"' in dot
+
+
+def test_bspml_cells_hold_the_age_and_have_their_own_report_section(repo):
+    """BSPML Figs. 3-4 retrained per cell: lambda_0 = lambda_inf = lambda, c = 1, mu per cell; MAW/SDAW/R@1 map."""
+    root, env, _ = repo
+    import torch
+
+    for mu in ("0.0", "20"):
+        run = root / "runs" / "glyphs" / "sc25" / f"bspml_lam3.0_mu{mu}" / "seed0"
+        history = pd.read_csv(run / "history.csv")
+        assert (history["bspml_lambda"] == 3.0).all()  # the age never moves
+        saved = torch.load(run / "model.pt", weights_only=False)
+        assert saved["method_name"] == "bspml"
+    cells = pd.read_csv(root / "reports" / "bspml_cells.csv")
+    assert cells[["lambda", "mu", "seeds"]].values.tolist() == [[3.0, 0.0, 1], [3.0, 20.0, 1]]
+    assert cells["maw"].between(0, 1).all() and cells["sdaw"].ge(0).all() and cells["recall_at_1"].between(0, 1).all()
+    report = (root / "reports" / "results.md").read_text()
+    assert "bspml_lam" not in report.split("\n## ", 1)[0]
+    section = report.split("## BSPML retrained per cell (Figs. 3-4)", 1)[1].split("\n## ", 1)[0]
+    assert "| 3 | 0 | " in section and "| 3 | 20 | " in section
+    assert (root / "reports" / "bspml_cells.png").is_file()
+    ran = _run([sys.executable, "-m", "dvc", "stage", "list", "--name-only"], root, env).split()
+    assert "train_bspml_cell@3.0-0.0-0" in ran and "train_bspml_cell@3.0-20-0" in ran
 
 
 def test_runs_start_from_the_pretrain_stage_weights(repo):
@@ -127,7 +178,10 @@ def test_mlflow_has_one_finished_run_per_model(repo):
     )
     runs = json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
     assert runs == sorted([[f"glyphs-{n}-{m}-0", "FINISHED", True] for n in NOISES
-                           for m in ("ms", "prism")] + [["glyphs-sym50-ms_on_prism_kept-0", "FINISHED", True]])
+                           for m in ("ms", "prism")] + [["glyphs-sym50-ms_on_prism_kept-0", "FINISHED", True],
+                                                         ["glyphs-sc25-ms_dim8-0", "FINISHED", True],
+                                                         ["glyphs-sc25-bspml_lam3.0_mu0.0-0", "FINISHED", True],
+                                                         ["glyphs-sc25-bspml_lam3.0_mu20-0", "FINISHED", True]])
 
 
 def test_report_shows_selection_and_training_time(repo):
@@ -171,7 +225,7 @@ def test_changing_one_noise_rate_dirties_only_its_branch(repo):
     assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs", "report", "timing@mcl", "timing@prism_eq3",
                    "train@glyphs-sym50-ms-0", "train@glyphs-sym50-prism-0", "train_chain@ms_on_prism_kept"]
     # the one evaluate process re-evaluated the three sym50 runs only
-    assert "evaluate glyphs: 3 run(s) evaluated, 6 unchanged" in out
+    assert "evaluate glyphs: 3 run(s) evaluated, 9 unchanged" in out
     stats = json.loads((root / "data" / "noisy" / "glyphs" / "sym50" / "stats.json").read_text())
     assert stats["nominal_rate"] == 0.4
 
@@ -203,7 +257,7 @@ def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages
         "train_on_run_noise@glyphs-scrun-prism-0"]
     assert _changed_after_editing(methods / "ms.py", root, env) == [
         "train@glyphs-clean-ms-0", "train@glyphs-sc25-ms-0", "train@glyphs-sym50-ms-0", "train_chain@ms_on_prism_kept",
-        "train_on_run_noise@glyphs-scrun-ms-0"]
+        "train_embedding_size@ms-8-0", "train_on_run_noise@glyphs-scrun-ms-0"]
     assert _changed_stages(root, env) == []
 
 

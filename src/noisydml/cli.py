@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from noisydml.config import load_params, noises_of
+from noisydml.config import GRID_KEYS, check_in_grid, load_params
 from noisydml.data import DatasetError
 from noisydml.schema import ParamsError
 
@@ -42,7 +42,7 @@ def _record_timing(name: str, started: float, body_start: float) -> None:
 
 def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], None], body: Callable) -> None:
     started = _process_start()
-    parser = argparse.ArgumentParser(description=description)
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     add_args(parser)
     args = parser.parse_args()
@@ -62,49 +62,15 @@ def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], No
         sys.exit(1)
 
 
-#: Command-line option -> (the grid list it must be in, its type).
-GRID_KEYS = {"dataset": ("datasets", str), "noise": ("noises", str), "method": ("methods", str), "seed": ("seeds", int)}
-
-
-def check_in_grid(params: dict, **names) -> None:
-    """Refuse to run an item that params.yaml's grid does not list (a stale stage name, a typo).
-
-    A noise is in the grid when it is in ``grid.noises`` or ``grid.run_noises``, or (made but not trained on)
-    when ``noise_runs`` has an entry for it on the dataset."""
-    grid = params["grid"]
-    for key, value in names.items():
-        section = GRID_KEYS[key][0]
-        allowed = noises_of(grid) if key == "noise" else grid[section]
-        if key == "noise" and f"{names.get('dataset')}-{value}" in params["noise_runs"]:
-            continue
-        if value not in allowed:
-            where = "grid.noises or grid.run_noises" if key == "noise" else f"grid.{section}"
-            raise ParamsError(f"--{key} {value!r} is not in {where} ({allowed})")
-
-
-def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable, chain_work: Callable | None = None) -> None:
+def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable) -> None:
     """A stage for one item of the grid: ``--dataset/--noise/--method/--seed`` (those in ``keys``),
-    checked against params.yaml's grid, then ``work(params, dataset=..., ...)``; or, with ``chain_work``,
-    ``--chain KEY`` for the chained run ``chains.<KEY>``: ``chain_work(params, key)``."""
+    checked against params.yaml's grid, then ``work(params, dataset=..., ...)``."""
 
     def add_args(parser):
         for key in keys:
-            parser.add_argument(f"--{key}", type=GRID_KEYS[key][1], required=chain_work is None)
-        if chain_work is not None:
-            parser.add_argument("--chain", help="a key of params.yaml's chains section (instead of the grid options)")
+            parser.add_argument(f"--{key}", type=GRID_KEYS[key][1], required=True)
 
     def body(params, args):
-        if chain_work is not None and args.chain is not None:
-            given = [f"--{k}" for k in keys if getattr(args, k) is not None]
-            if given:
-                raise ParamsError(f"--chain names its own run; drop {', '.join(given)}")
-            if args.chain not in params["chains"]:
-                raise ParamsError(f"--chain {args.chain!r} is not in chains ({', '.join(params['chains']) or 'none'})")
-            chain_work(params, args.chain)
-            return
-        missing = [f"--{k}" for k in keys if getattr(args, k) is None]
-        if missing:
-            raise ParamsError(f"missing {', '.join(missing)} (or --chain KEY)")
         item = {key: getattr(args, key) for key in keys}
         check_in_grid(params, **item)
         work(params, **item)

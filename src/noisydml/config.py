@@ -147,6 +147,22 @@ TIMING_ENTRY_SCHEMA = {
 }
 FIGURES_SCHEMA = {
     "bspml_maps": Field(dict, {}, help="name -> a BSPML MAW/SDAW map (Figs. 3-4); empty = none"),
+    "embedding_size": Field(dict, help="BSPML Fig. 5: Recall@1 against train.embedding_dim (dims: [] = none)"),
+    "bspml_cells": Field(dict, help="BSPML Figs. 3-4 retrained per (lambda, mu) cell (lambdas: [] = none)"),
+}
+BSPML_CELLS_SCHEMA = {
+    "dataset": Field(str, help="a dataset of grid.datasets"),
+    "noise": Field(str, help="a noise setting the grid trains on (its labels are made by the corrupt stage)"),
+    "lambdas": Field(list, item_type=float, min=0.0, help="the age of a cell: lambda_0 = lambda_inf = it, c = 1"),
+    "mus": Field(list, item_type=float, min=0.0, help="the balance weight of a cell"),
+    "seeds": Field(list, item_type=int, min=0, help="seeds of every cell"),
+}
+EMBEDDING_SIZE_SCHEMA = {
+    "dataset": Field(str, help="a dataset of grid.datasets"),
+    "noise": Field(str, help="a noise setting the grid trains on (its labels are made by the corrupt stage)"),
+    "methods": Field(list, item_type=str, help="methods of the methods section (not only the grid's)"),
+    "dims": Field(list, item_type=int, min=1, help="train.embedding_dim of each point; [] = no runs, no figure"),
+    "seeds": Field(list, item_type=int, min=0, help="seeds of every point"),
 }
 BSPML_MAP_SCHEMA = {
     "dataset": Field(str), "noise": Field(str), "seed": Field(int),
@@ -226,7 +242,76 @@ def _check_figures(section: Any, p: dict[str, Any]) -> dict[str, Any]:
                 raise ParamsError(f"{where}.{key}: must list at least one value")
         maps[name] = entry
     figures["bspml_maps"] = maps
+    figures["embedding_size"] = _check_embedding_size(figures["embedding_size"], p)
+    figures["bspml_cells"] = _check_bspml_cells(figures["bspml_cells"], p)
     return figures
+
+
+def bspml_cell_run(lam: str, mu: str) -> str:
+    """The run name of one cell of ``figures.bspml_cells``. ``lam`` and ``mu`` are written as DVC writes them in
+    the stage's paths (Python's ``str`` of the YAML value: ``3.1``, ``20``), so both name the same folder."""
+    return f"bspml_lam{lam}_mu{mu}"
+
+
+def _check_figure_run_target(entry: dict, p: dict[str, Any], where: str) -> None:
+    """A figure's own runs train on a dataset and noise of the grid (whose labels the corrupt stage makes)."""
+    grid = p["grid"]
+    check_choice(entry["dataset"], grid["datasets"], f"{where}.dataset", "dataset of grid.datasets")
+    if entry["noise"] not in noises_of(grid):
+        raise ParamsError(f"{where}.noise: {entry['noise']!r} is not a noise setting the grid trains on (its labels "
+                          f"are made for those only); allowed: {', '.join(noises_of(grid))}; e.g. -S "
+                          f"'grid.noises=[{', '.join([*grid['noises'], entry['noise']])}]'")
+
+
+def _check_bspml_cells(section: Any, p: dict[str, Any]) -> dict[str, Any]:
+    """``figures.bspml_cells``: stage ``train_bspml_cell@<lambda>-<mu>-<seed>`` per cell (a DVC matrix), each a
+    ``bspml`` run with the age held at lambda (``lambda_0 = lambda_inf = lambda``, ``age_multiplier = 1``) and
+    ``mu``; the report draws MAW / SDAW / Recall@1 over the cells. Names keep the values as written (``str``)."""
+    where = "figures.bspml_cells"
+    raw = dict(section) if isinstance(section, Mapping) else section
+    entry = check_section(raw, BSPML_CELLS_SCHEMA, where)
+    for key in ("lambdas", "mus", "seeds"):
+        _unique(entry[key], f"{where}.{key}")
+    entry["lambda_names"] = [str(v) for v in raw["lambdas"]]
+    entry["mu_names"] = [str(v) for v in raw["mus"]]
+    if entry["lambdas"] or entry["mus"]:
+        if not (entry["lambdas"] and entry["mus"] and entry["seeds"]):
+            raise ParamsError(f"{where}: needs at least one lambda, one mu and one seed, or lambdas: [] (no cells)")
+        if any(v == 0 for v in entry["lambdas"]):
+            raise ParamsError(f"{where}.lambdas: 0 is not allowed (the age must be > 0; Alg. 1)")
+        _check_figure_run_target(entry, p, where)
+        if "bspml" not in p["methods"]:
+            raise ParamsError(f"{where}: needs methods.bspml (every cell overrides its age and mu)")
+    return entry
+
+
+def embedding_size_run(method: str, dim: int) -> str:
+    """The run name (its folder under ``runs/<dataset>/<noise>/``) of one point of ``figures.embedding_size``."""
+    return f"{method}_dim{dim}"
+
+
+def _check_embedding_size(section: Any, p: dict[str, Any]) -> dict[str, Any]:
+    """``figures.embedding_size``: stage ``train_embedding_size@<method>-<dim>-<seed>`` per point (a DVC matrix)."""
+    where = "figures.embedding_size"
+    entry = check_section(section, EMBEDDING_SIZE_SCHEMA, where)
+    grid = p["grid"]
+    # dataset and noise are checked only when there are runs: the paper's 20% per-class noise may stay out of the
+    # default grid, and a shrunk grid need not carry the figure's dataset
+    if entry["dims"]:
+        _check_figure_run_target(entry, p, where)
+    for i, method in enumerate(entry["methods"]):
+        check_choice(method, list(p["methods"]), f"{where}.methods[{i}]", "method")
+    for key in ("methods", "dims", "seeds"):
+        _unique(entry[key], f"{where}.{key}")
+    if entry["dims"] and not (entry["methods"] and entry["seeds"]):
+        raise ParamsError(f"{where}: dims {entry['dims']} needs at least one method and one seed")
+    taken = set(grid["methods"]) | {c["name"] for c in p["chains"].values()}
+    for method in entry["methods"]:
+        for dim in entry["dims"]:
+            if embedding_size_run(method, dim) in taken:
+                raise ParamsError(f"{where}: the run name {embedding_size_run(method, dim)!r} of method {method!r} at "
+                                  f"dim {dim} is also a grid method or a chain's name (the same run folder)")
+    return entry
 
 
 def _mapping_or_empty(section: Any, key: str, what: str) -> Mapping:
@@ -457,9 +542,36 @@ def run_name(dataset: str, noise: str, method: str, seed: int) -> str:
 
 def runs_of(params: dict) -> list[tuple[str, str, str, int, str]]:
     """Every run of params: ``(dataset, noise, name, seed, kind)`` for the grid's runs (name = method, kind
-    ``grid``) and the chained runs (name = the chain's name, kind ``chain``)."""
+    ``grid``), the chained runs (name = the chain's name, kind ``chain``) and the figures' own runs (kinds
+    ``embedding_size``, ``bspml_cell``)."""
     grid = params["grid"]
     runs = [(d, n, m, s, "grid") for d, n, m, s in
             itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
     runs += [(c["dataset"], c["noise"], c["name"], c["seed"], "chain") for c in params["chains"].values()]
+    sizes = params["figures"]["embedding_size"]
+    runs += [(sizes["dataset"], sizes["noise"], embedding_size_run(m, d), s, "embedding_size")
+             for m, d, s in itertools.product(sizes["methods"], sizes["dims"], sizes["seeds"])]
+    cells = params["figures"]["bspml_cells"]
+    runs += [(cells["dataset"], cells["noise"], bspml_cell_run(lam, mu), s, "bspml_cell")
+             for lam, mu, s in itertools.product(cells["lambda_names"], cells["mu_names"], cells["seeds"])]
     return runs
+
+
+#: Command-line option -> (the grid list it must be in, its type).
+GRID_KEYS = {"dataset": ("datasets", str), "noise": ("noises", str), "method": ("methods", str), "seed": ("seeds", int)}
+
+
+def check_in_grid(params: dict, **names) -> None:
+    """Refuse to run an item that params.yaml's grid does not list (a stale stage name, a typo).
+
+    A noise is in the grid when it is in ``grid.noises`` or ``grid.run_noises``, or (made but not trained on)
+    when ``noise_runs`` has an entry for it on the dataset."""
+    grid = params["grid"]
+    for key, value in names.items():
+        section = GRID_KEYS[key][0]
+        allowed = noises_of(grid) if key == "noise" else grid[section]
+        if key == "noise" and f"{names.get('dataset')}-{value}" in params["noise_runs"]:
+            continue
+        if value not in allowed:
+            where = "grid.noises or grid.run_noises" if key == "noise" else f"grid.{section}"
+            raise ParamsError(f"--{key} {value!r} is not in {where} ({allowed})")

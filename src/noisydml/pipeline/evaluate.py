@@ -25,9 +25,14 @@ from noisydml.pipeline.layout import Layout
 from noisydml.reporting.plots import plot_history
 
 
+#: Bumped when a metrics file gains or changes content: every run is evaluated again once.
+METRICS_FORMAT = 2
+
+
 def inputs_digest(params: dict, run) -> str:
-    """sha256 of what a run's metrics are computed from: its test embeddings, history, run.json, evaluate params."""
-    digest = hashlib.sha256(json.dumps(params["evaluate"], sort_keys=True).encode())
+    """sha256 of what a run's metrics are computed from: its test embeddings, history, run.json, evaluate params
+    (and the metrics file's format)."""
+    digest = hashlib.sha256(json.dumps({**params["evaluate"], "format": METRICS_FORMAT}, sort_keys=True).encode())
     for name in ("test_embeddings.npz", "history.csv", "run.json"):
         digest.update(name.encode() + (run / name).read_bytes())
     return digest.hexdigest()
@@ -51,6 +56,10 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
         if history[column].notna().any():
             training[column] = [None if pd.isna(v) else float(v) for v in history[column]]
             training[f"final_{column}"] = training[column][-1]
+    # the final value of everything the method logged (e.g. BSPML's MAW / SDAW, PRISM's threshold)
+    logged = [c for c in history.columns if c != "epoch" and not c.startswith(("test_", "val_", "diag_"))]
+    training["final_logged"] = {c: float(history[c].dropna().iloc[-1]) for c in logged
+                                if pd.api.types.is_numeric_dtype(history[c]) and history[c].notna().any()}
     # clean vs noisy histograms of the final weights / confidences (the trainer's, from ground truth)
     for decision, histogram in run_info.get("decision_histograms", {}).items():
         training[f"histogram_{decision}"] = histogram

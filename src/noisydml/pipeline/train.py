@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from noisydml import io
-from noisydml.config import run_name
+from noisydml.config import bspml_cell_run, check_in_grid, embedding_size_run, run_name
 from noisydml.data.prepared import sha256_file
 from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, embed
 from noisydml.methods import check_method
@@ -30,7 +30,7 @@ from noisydml.tracking import MlflowTracker, git_commit
 
 def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout()) -> Path:
     """Train one run of the grid (``train@<dataset>-<noise>-<method>-<seed>``)."""
-    return _train(params, dataset, noise, method, seed, method, None, layout)
+    return _train(params, dataset, noise, method, seed, method, None, layout, f"train@{run_name(dataset, noise, method, seed)}")
 
 
 def train_chain(params: dict, key: str, layout: Layout = Layout()) -> Path:
@@ -38,7 +38,78 @@ def train_chain(params: dict, key: str, layout: Layout = Layout()) -> Path:
     if key not in params["chains"]:
         raise ParamsError(f"--chain {key!r} is not in chains ({', '.join(params['chains']) or 'none'})")
     c = params["chains"][key]
-    return _train(params, c["dataset"], c["noise"], c["method"], c["seed"], c["name"], c, layout)
+    return _train(params, c["dataset"], c["noise"], c["method"], c["seed"], c["name"], c, layout, f"train_chain@{key}")
+
+
+def train_embedding_size(params: dict, method: str, dim: int, seed: int, layout: Layout = Layout()) -> Path:
+    """Train one point of ``figures.embedding_size`` (BSPML Fig. 5; ``train_embedding_size@<method>-<dim>-<seed>``):
+    ``method`` with ``train.embedding_dim = dim`` on the figure's dataset and noise, into
+    ``runs/<dataset>/<noise>/<method>_dim<dim>/seed<k>``. Every other setting is the grid's."""
+    sizes = params["figures"]["embedding_size"]
+    if method not in sizes["methods"] or dim not in sizes["dims"] or seed not in sizes["seeds"]:
+        raise ParamsError(f"--method {method} --embedding-dim {dim} --seed {seed} is not a point of "
+                          f"figures.embedding_size (methods {sizes['methods']}, dims {sizes['dims']}, "
+                          f"seeds {sizes['seeds']})")
+    point = {**params, "train": {**params["train"], "embedding_dim": dim}}
+    return _train(point, sizes["dataset"], sizes["noise"], method, seed, embedding_size_run(method, dim), None, layout,
+                  f"train_embedding_size@{method}-{dim}-{seed}")
+
+
+def train_bspml_cell(params: dict, lam: str, mu: str, seed: int, layout: Layout = Layout()) -> Path:
+    """Train one cell of ``figures.bspml_cells`` (BSPML Figs. 3-4; ``train_bspml_cell@<lambda>-<mu>-<seed>``):
+    ``bspml`` with the age held at lambda (``lambda_0 = lambda_inf = lambda``, ``age_multiplier = 1``, so the
+    axis means one thing) and the balance weight ``mu``, into ``runs/<dataset>/<noise>/bspml_lam<l>_mu<m>/seed<k>``.
+    ``lam`` and ``mu`` are the values as written in params.yaml (they name the run's folder)."""
+    cells = params["figures"]["bspml_cells"]
+    if lam not in cells["lambda_names"] or mu not in cells["mu_names"] or seed not in cells["seeds"]:
+        raise ParamsError(f"--lam {lam} --mu {mu} --seed {seed} is not a cell of figures.bspml_cells (lambdas "
+                          f"{cells['lambda_names']}, mus {cells['mu_names']}, seeds {cells['seeds']})")
+    age = cells["lambdas"][cells["lambda_names"].index(lam)]
+    balance = cells["mus"][cells["mu_names"].index(mu)]
+    hparams = {**params["methods"]["bspml"], "lambda_0": age, "lambda_inf": age, "age_multiplier": 1.0, "mu": balance}
+    cell = {**params, "methods": {**params["methods"], "bspml": hparams}}
+    return _train(cell, cells["dataset"], cells["noise"], "bspml", seed, bspml_cell_run(lam, mu), None, layout,
+                  f"train_bspml_cell@{lam}-{mu}-{seed}")
+
+
+def add_arguments(parser) -> None:
+    """The train stage's options: a grid run, a chained run, or one of a figure's own runs."""
+    for key in ("dataset", "noise", "method"):
+        parser.add_argument(f"--{key}")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--chain", help="a key of params.yaml's chains section (instead of the grid options)")
+    parser.add_argument("--embedding-dim", type=int,
+                        help="with --method and --seed: a point of figures.embedding_size (instead of the grid)")
+    parser.add_argument("--lam", help="with --mu and --seed: a cell of figures.bspml_cells (instead of the grid)")
+    parser.add_argument("--mu")
+
+
+def run_from_arguments(params: dict, args) -> Path:
+    """Train what the options name (:func:`add_arguments`), refusing mixed or incomplete options."""
+    given = {k for k in ("dataset", "noise", "method", "seed", "chain", "embedding_dim", "lam", "mu")
+             if getattr(args, k) is not None}
+    flag = {k: "--" + k.replace("_", "-") for k in given}
+    modes = [("chain", {"chain"}), ("embedding_dim", {"embedding_dim", "method", "seed"}),
+             ("lam", {"lam", "mu", "seed"}), ("dataset", {"dataset", "noise", "method", "seed"})]
+    for key, needs in modes:
+        if key in given:
+            extra, missing = given - needs, needs - given
+            if extra or missing:
+                raise ParamsError(f"{flag[key]} takes {' '.join(sorted('--' + n.replace('_', '-') for n in needs))}"
+                                  + (f"; drop {', '.join(sorted(flag[e] for e in extra))}" if extra else "")
+                                  + (f"; missing {', '.join(sorted('--' + m.replace('_', '-') for m in missing))}"
+                                     if missing else ""))
+            if key == "chain":
+                return train_chain(params, args.chain)
+            if key == "embedding_dim":
+                return train_embedding_size(params, args.method, args.embedding_dim, args.seed)
+            if key == "lam":
+                return train_bspml_cell(params, args.lam, args.mu, args.seed)
+            check_in_grid(params, dataset=args.dataset, noise=args.noise, method=args.method, seed=args.seed)
+            return train(params, args.dataset, args.noise, args.method, args.seed)
+    raise ParamsError("name a run: --dataset --noise --method --seed (a grid run), --chain KEY, "
+                      "--method --embedding-dim --seed (figures.embedding_size) or --lam --mu --seed "
+                      "(figures.bspml_cells)")
 
 
 def _upstream(chain: dict, data, layout: Layout, key_where: str):
@@ -59,8 +130,9 @@ def _upstream(chain: dict, data, layout: Layout, key_where: str):
 
 
 def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_in_grid: str, chain: dict | None,
-           layout: Layout) -> Path:
-    """Train one run; write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``)."""
+           layout: Layout, stage: str) -> Path:
+    """Train one run; write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``).
+    ``stage`` is the DVC stage that trains it (an MLflow tag)."""
     hparams = check_method(params, method)
     check_backbone(params["train"])
     data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
@@ -80,7 +152,7 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
             "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
             "method_hparams": hparams, "train": params["train"], **({"chain": chain} if chain else {}),
         },
-        tags={"dvc_stage": f"train_chain@{name}" if chain else f"train@{name}", "git_commit": git_commit(layout.root),
+        tags={"dvc_stage": stage, "git_commit": git_commit(layout.root),
               "dataset": dataset, "noise": noise, "method": method, "seed": str(seed),
               "run_fingerprint": spec.fingerprint(), **({"upstream": upstream["run"]} if chain else {})},
     )

@@ -146,19 +146,50 @@ def plot_weight_histograms(per_seed: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_bspml_maps(table: pd.DataFrame, title: str, path: Path) -> None:
-    """BSPML Figs. 3-4: MAW and SDAW as heatmaps over lambda (x) and mu (y), values written in the cells."""
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for ax, column in zip(axes, ("maw", "sdaw")):
+def plot_bspml_maps(table: pd.DataFrame, title: str, path: Path, columns: tuple[str, ...] = ("maw", "sdaw")) -> None:
+    """BSPML Figs. 3-4: MAW and SDAW (and any other ``columns``) as heatmaps over lambda (x) and mu (y), values
+    written in the cells."""
+    fig, axes = plt.subplots(1, len(columns), figsize=(4.5 * len(columns), 3.6), squeeze=False)
+    axes = axes[0]
+    if table.empty:
+        for ax in axes:
+            ax.set_axis_off()
+        axes[0].text(0.5, 0.5, "no cells (figures.bspml_cells.lambdas is [])", ha="center", va="center")
+        _save(fig, path)
+        return
+    for ax, column in zip(axes, columns):
         grid = table.pivot(index="mu", columns="lambda", values=column)
         image = ax.imshow(grid.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
         ax.set_xticks(range(len(grid.columns)), [f"{v:g}" for v in grid.columns])
         ax.set_yticks(range(len(grid.index)), [f"{v:g}" for v in grid.index])
         ax.set_xlabel("lambda (age)")
         ax.set_ylabel("mu (balance)")
-        ax.set_title(column.upper())
+        ax.set_title({"recall_at_1": "R@1"}.get(column, column.upper()))
         for (i, j), value in np.ndenumerate(grid.to_numpy()):
             ax.text(j, i, f"{value:.3f}", ha="center", va="center", fontsize=7, color="white")
         fig.colorbar(image, ax=ax)
     fig.suptitle(title, fontsize=8)
+    _save(fig, path)
+
+
+def plot_embedding_size(table: pd.DataFrame, title: str, path: Path) -> None:
+    """BSPML Fig. 5: Recall@1 (%) against the embedding size, one line per method, error bars = sample SD over
+    seeds. ``table`` has columns method, embedding_dim, recall_at_1, recall_at_1_std (fractions)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    if table.empty:
+        ax.text(0.5, 0.5, "no embedding-size runs (figures.embedding_size.dims is [])", ha="center", va="center")
+        ax.set_axis_off()
+    for method, rows in table.groupby("method", sort=False):
+        rows = rows.sort_values("embedding_dim")
+        ax.errorbar(rows["embedding_dim"], 100 * rows["recall_at_1"], yerr=100 * rows["recall_at_1_std"].fillna(0),
+                    marker="o", capsize=3, label=method)
+    if not table.empty:
+        ax.set_xscale("log", base=2)
+        dims = sorted(table["embedding_dim"].unique())
+        ax.set_xticks(dims, [str(d) for d in dims])
+        ax.set_xlabel("embedding size")
+        ax.set_ylabel("Recall@1 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title(title, fontsize=9)
     _save(fig, path)

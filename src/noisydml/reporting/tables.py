@@ -37,6 +37,7 @@ def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.Data
             "map_at_r_exact": result.get("map_at_r_exact", True), "k_used": result.get("k_used"),
             # the trainer's scores of the method's decisions: per-epoch lists and final values
             **{k: v for k, v in training.items() if k.startswith(("diag_", "final_diag_", "histogram_"))},
+            **{f"final_{k}": v for k, v in training.get("final_logged", {}).items() if kind == "bspml_cell"},
         })
     return pd.DataFrame(rows)
 
@@ -256,6 +257,75 @@ def weight_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
+def embedding_size_summary(sweep: pd.DataFrame) -> pd.DataFrame:
+    """``figures.embedding_size`` runs: Recall@1 and P@1 per (method, embedding size), mean and sample SD over
+    seeds. The run name is ``<method>_dim<dim>`` (:func:`noisydml.config.embedding_size_run`)."""
+    columns = ["method", "embedding_dim", "seeds", "recall_at_1", "recall_at_1_std", "precision_at_1",
+               "mean_average_precision_at_r"]
+    if sweep.empty:
+        return pd.DataFrame(columns=columns)
+    rows = sweep.copy()
+    rows["run"] = rows["method"]
+    rows["embedding_dim"] = rows["run"].str.rsplit("_dim", n=1).str[1].astype(int)
+    rows["method"] = rows["run"].str.rsplit("_dim", n=1).str[0]
+    grouped = rows.groupby(["method", "embedding_dim"], sort=False)
+    metrics = [m for m in ("recall_at_1", "precision_at_1", "mean_average_precision_at_r") if m in rows]
+    out = grouped[metrics].mean()
+    out["recall_at_1_std"] = grouped["recall_at_1"].std(ddof=1)
+    out["seeds"] = grouped.size()
+    return out.reset_index()[columns]
+
+
+def embedding_size_lines(table: pd.DataFrame, sizes: dict) -> list[str]:
+    """The report's section for BSPML Fig. 5: Recall@1 ± SD (%), rows = methods, columns = embedding sizes."""
+    if table.empty:
+        return ["(opt-in: set `figures.embedding_size.dims` in params.yaml, e.g. `[16,32,64,128]`, with its noise "
+                f"`{sizes['noise']}` in grid.noises; see the README)", ""]
+    dims = sorted(table["embedding_dim"].unique())
+    out = [f"Recall@1 in % on {sizes['dataset']} / {sizes['noise']} (mean ± sample SD over "
+           f"{table['seeds'].max()} seed(s)); every other setting is the grid's `train` section.", "",
+           "| method | " + " | ".join(f"d = {d}" for d in dims) + " |", "|" + "---|" * (len(dims) + 1)]
+    indexed = table.set_index(["method", "embedding_dim"])
+    for method in dict.fromkeys(table["method"]):
+        cells = [_pct(indexed.loc[(method, d)], "recall_at_1") if (method, d) in indexed.index else "-" for d in dims]
+        out.append(f"| {method} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def bspml_cells_summary(cell_runs: pd.DataFrame, cells: dict) -> pd.DataFrame:
+    """``figures.bspml_cells`` runs: final MAW, SDAW (the last weight step's, Eq. 14) and Recall@1 per
+    (lambda, mu), mean over seeds."""
+    columns = ["lambda", "mu", "seeds", "maw", "sdaw", "recall_at_1"]
+    if cell_runs.empty:
+        return pd.DataFrame(columns=columns)
+    from noisydml.config import bspml_cell_run
+
+    cell_of = {bspml_cell_run(ln, mn): (lam, mu) for ln, lam in zip(cells["lambda_names"], cells["lambdas"])
+               for mn, mu in zip(cells["mu_names"], cells["mus"])}
+    rows = cell_runs.assign(**{"lambda": [cell_of[m][0] for m in cell_runs["method"]],
+                               "mu": [cell_of[m][1] for m in cell_runs["method"]]})
+    rows = rows.rename(columns={"final_bspml_maw": "maw", "final_bspml_sdaw": "sdaw"})
+    grouped = rows.groupby(["lambda", "mu"], sort=True)
+    out = grouped[[c for c in ("maw", "sdaw", "recall_at_1") if c in rows]].mean().reindex(
+        columns=["maw", "sdaw", "recall_at_1"])
+    out["seeds"] = grouped.size()
+    return out.reset_index()[columns]
+
+
+def bspml_cells_lines(table: pd.DataFrame, cells: dict) -> list[str]:
+    """The report's section for the per-cell retrained BSPML maps."""
+    if table.empty:
+        return ["(opt-in: set `figures.bspml_cells.lambdas` and `mus` in params.yaml, with its noise "
+                f"`{cells['noise']}` in grid.noises; see the README. The fixed-xi maps of `figures.bspml_maps` "
+                "are the cheap reading.)", ""]
+    return [f"One `bspml` run per cell on {cells['dataset']} / {cells['noise']}, its age held at lambda "
+            "(lambda_0 = lambda_inf = lambda, c = 1) and balance mu; MAW / SDAW (Eq. 14) after the last weight step, "
+            f"Recall@1 in %, mean over {table['seeds'].max()} seed(s).", "",
+            "| lambda | mu | MAW | SDAW | R@1 |", "|---|---|---|---|---|",
+            *[f"| {r['lambda']:g} | {r['mu']:g} | {r['maw']:.4f} | {r['sdaw']:.4f} | {100 * r['recall_at_1']:.2f} |"
+              for r in table.to_dict("records")], ""]
+
+
 def _chain_line(c: dict) -> str:
     """One chained run as a Markdown bullet: what it trains, after which run, and what it takes from it."""
     takes = []
@@ -274,12 +344,20 @@ def _chain_line(c: dict) -> str:
 def write_report(params: dict, layout) -> Path:
     from noisydml.evaluation import metric_names
     from noisydml.reporting.plots import (
-        plot_metric_vs_noise, plot_noise_per_class, plot_selection, plot_weight_histograms,
+        plot_bspml_maps, plot_embedding_size, plot_metric_vs_noise, plot_noise_per_class, plot_selection, plot_weight_histograms,
     )
 
     out = layout.reports
     stats = noise_stats(params, layout)
     per_seed = collect(params, layout, stats)
+    # the figures' own runs have their own sections, outside the grid's tables
+    every_run = per_seed  # results_per_seed.csv: every run, the figures' too (run_kind tells them apart)
+    kinds = per_seed["run_kind"] if not per_seed.empty else pd.Series(dtype=str)
+    sweep, cell_runs = per_seed[kinds == "embedding_size"], per_seed[kinds == "bspml_cell"]
+    per_seed = per_seed[~kinds.isin(["embedding_size", "bspml_cell"])]
+    per_seed = per_seed.drop(columns=[c for c in per_seed.columns if c.startswith("final_bspml_")])
+    sizes = embedding_size_summary(sweep)
+    cells = bspml_cells_summary(cell_runs, params["figures"]["bspml_cells"])
     names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
     summary = summarise(per_seed, names)
     noise = noise_table(stats)
@@ -328,6 +406,10 @@ def write_report(params: dict, layout) -> Path:
     md += table1 or ["(Table 1: no clean-label noise setting in the grid)", ""]
     md += table2 or ["(Table 2: no per-class noise setting in the grid: add sympc10, sympc20, sympc30 to "
                      "grid.noises)", ""]
+    md += ["## Embedding size (BSPML Fig. 5)", "", *embedding_size_lines(sizes, params["figures"]["embedding_size"]),
+           "![Recall@1 against embedding size](embedding_size.png)", ""]
+    md += ["## BSPML retrained per cell (Figs. 3-4)", "", *bspml_cells_lines(cells, params["figures"]["bspml_cells"]),
+           "![MAW, SDAW and Recall@1 over (mu, lambda)](bspml_cells.png)", ""]
     md += ["## Training time", ""]
     if times.empty:
         md += ["(opt-in: list methods under `timing.entries` in params.yaml to time them; see the README)", ""]
@@ -344,13 +426,21 @@ def write_report(params: dict, layout) -> Path:
     io.write_text(out / "results.md", "\n".join(md))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
     # per-epoch curves live in metrics/*.json
-    flat = per_seed.drop(columns=[c for c in per_seed.columns if c.startswith(("diag_", "histogram_"))])
+    flat = every_run.drop(columns=[c for c in every_run.columns if c.startswith(("diag_", "histogram_"))])
     io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
     plot_metric_vs_noise(summary, "precision_at_1", out / "p_at_1_vs_noise.png")
     plot_noise_per_class(per_class, nominal, out / "noise_per_class.png")
     plot_selection(per_seed, out / "selection_over_training.png")
     plot_weight_histograms(per_seed, out / "weights_clean_noisy.png")
+    fig5 = params["figures"]["embedding_size"]
+    plot_embedding_size(sizes, f"Recall@1 against embedding size, {fig5['dataset']} / {fig5['noise']}",
+                        out / "embedding_size.png")
+    io.write_with(out / "embedding_size.csv", lambda p: sizes.to_csv(p, index=False, float_format="%.6f"))
+    plot_bspml_maps(cells, f"BSPML retrained per cell, {params['figures']['bspml_cells']['dataset']} / "
+                    f"{params['figures']['bspml_cells']['noise']} (mean over seeds)", out / "bspml_cells.png",
+                    columns=("maw", "sdaw", "recall_at_1"))
+    io.write_with(out / "bspml_cells.csv", lambda p: cells.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "selection.csv", lambda p: selection.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "training_time.csv", lambda p: times.to_csv(p, index=False))
     # Plot data for `dvc plots show`: one row per point, methods told apart by the `method` field.
@@ -361,6 +451,11 @@ def write_report(params: dict, layout) -> Path:
         f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}
         for r in summary.itertuples()
     }
+    figure_runs = pd.concat([sweep, cell_runs])
+    fig5_rows = figure_runs.groupby(["dataset", "noise", "method"], sort=False)[names].mean().reset_index() \
+        if not figure_runs.empty else figure_runs
+    combined.update({f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}
+                     for r in fig5_rows.itertuples()})
     io.write_json(out / "metrics.json", combined)
     print((out / "results.md").read_text())
     return out
