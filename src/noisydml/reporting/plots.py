@@ -149,7 +149,7 @@ def plot_weight_histograms(per_seed: pd.DataFrame, path: Path) -> None:
 def plot_bspml_maps(table: pd.DataFrame, title: str, path: Path, columns: tuple[str, ...] = ("maw", "sdaw")) -> None:
     """BSPML Figs. 3-4: MAW and SDAW (and any other ``columns``) as heatmaps over lambda (x) and mu (y), values
     written in the cells."""
-    fig, axes = plt.subplots(1, len(columns), figsize=(4.5 * len(columns), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(columns), figsize=(4.8 * len(columns), 3.8), squeeze=False, layout="constrained")
     axes = axes[0]
     if table.empty:
         for ax in axes:
