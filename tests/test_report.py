@@ -59,11 +59,12 @@ def test_embedding_size_summary_splits_run_names_and_uses_the_sample_sd():
     rows = [{**KEYS, "noise": "sympc20", "method": f"{m}_dim{d}", "run_kind": "embedding_size", "seed": s,
              "recall_at_1": r + s / 10, "precision_at_1": r + s / 10, "mean_average_precision_at_r": r / 10}
             for m, d, r in (("ms_rho1", 16, 0.3), ("ms_rho1", 32, 0.4), ("bspml", 16, 0.35)) for s in (0, 1)]
-    table = embedding_size_summary(pd.DataFrame(rows)).set_index(["method", "embedding_dim"])
+    sizes = {"methods": ["ms_rho1", "bspml"], "dims": [16, 32]}
+    table = embedding_size_summary(pd.DataFrame(rows), sizes).set_index(["method", "embedding_dim"])
     assert table.loc[("ms_rho1", 32), "recall_at_1"] == pytest.approx(0.45)
     assert table.loc[("ms_rho1", 32), "recall_at_1_std"] == pytest.approx(np.sqrt(0.005))  # ddof=1
     assert table.loc[("bspml", 16), "seeds"] == 2
     lines = embedding_size_lines(table.reset_index(), {"dataset": "glyphs", "noise": "sympc20"})
     assert "| method | d = 16 | d = 32 |" in lines
     assert "| bspml | 40.00 ± 7.07 | - |" in lines
-    assert "opt-in" in embedding_size_lines(embedding_size_summary(pd.DataFrame()), {"noise": "sympc20"})[0]
+    assert "opt-in" in embedding_size_lines(embedding_size_summary(pd.DataFrame(), sizes), {"noise": "sympc20"})[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from noisydml import io
-from noisydml.config import noises_of, runs_of
+from noisydml.config import bspml_cell_run, embedding_size_run, noises_of, runs_of
 
 
 def row_names(params: dict) -> list[str]:
@@ -257,17 +257,16 @@ def weight_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def embedding_size_summary(sweep: pd.DataFrame) -> pd.DataFrame:
+def embedding_size_summary(sweep: pd.DataFrame, sizes: dict) -> pd.DataFrame:
     """``figures.embedding_size`` runs: Recall@1 and P@1 per (method, embedding size), mean and sample SD over
-    seeds. The run name is ``<method>_dim<dim>`` (:func:`noisydml.config.embedding_size_run`)."""
+    seeds. Each run name is mapped back to its point with :func:`noisydml.config.embedding_size_run`."""
     columns = ["method", "embedding_dim", "seeds", "recall_at_1", "recall_at_1_std", "precision_at_1",
                "mean_average_precision_at_r"]
     if sweep.empty:
         return pd.DataFrame(columns=columns)
-    rows = sweep.copy()
-    rows["run"] = rows["method"]
-    rows["embedding_dim"] = rows["run"].str.rsplit("_dim", n=1).str[1].astype(int)
-    rows["method"] = rows["run"].str.rsplit("_dim", n=1).str[0]
+    point_of = {embedding_size_run(m, d): (m, d) for m in sizes["methods"] for d in sizes["dims"]}
+    rows = sweep.assign(method=[point_of[r][0] for r in sweep["method"]],
+                        embedding_dim=[point_of[r][1] for r in sweep["method"]])
     grouped = rows.groupby(["method", "embedding_dim"], sort=False)
     metrics = [m for m in ("recall_at_1", "precision_at_1", "mean_average_precision_at_r") if m in rows]
     out = grouped[metrics].mean()
@@ -298,8 +297,6 @@ def bspml_cells_summary(cell_runs: pd.DataFrame, cells: dict) -> pd.DataFrame:
     columns = ["lambda", "mu", "seeds", "maw", "sdaw", "recall_at_1"]
     if cell_runs.empty:
         return pd.DataFrame(columns=columns)
-    from noisydml.config import bspml_cell_run
-
     cell_of = {bspml_cell_run(ln, mn): (lam, mu) for ln, lam in zip(cells["lambda_names"], cells["lambdas"])
                for mn, mu in zip(cells["mu_names"], cells["mus"])}
     rows = cell_runs.assign(**{"lambda": [cell_of[m][0] for m in cell_runs["method"]],
@@ -356,7 +353,7 @@ def write_report(params: dict, layout) -> Path:
     sweep, cell_runs = per_seed[kinds == "embedding_size"], per_seed[kinds == "bspml_cell"]
     per_seed = per_seed[~kinds.isin(["embedding_size", "bspml_cell"])]
     per_seed = per_seed.drop(columns=[c for c in per_seed.columns if c.startswith("final_bspml_")])
-    sizes = embedding_size_summary(sweep)
+    sizes = embedding_size_summary(sweep, params["figures"]["embedding_size"])
     cells = bspml_cells_summary(cell_runs, params["figures"]["bspml_cells"])
     names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
     summary = summarise(per_seed, names)
