@@ -78,7 +78,7 @@ def main() -> None:
         parser.error("give --lrs or --candidates")
     rows = []
     for number, candidate in enumerate(candidates):
-        params = copy.deepcopy(base)
+        params = copy.deepcopy(raw)  # raw params: a validated copy would be validated twice
         for assignment in candidate.split(","):
             _set(params, assignment)
         params = validate_all(params)

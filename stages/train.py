@@ -4,6 +4,7 @@
 --chain KEY                                 the chained run chains.<KEY> of params.yaml, from its upstream run
 --method M --embedding-dim DIM --seed S     a point of figures.embedding_size (runs/<D>/<N>/<M>_dim<DIM>/seed<S>)
 --lam L --mu MU --seed S                    a cell of figures.bspml_cells (runs/<D>/<N>/bspml_lam<L>_mu<MU>/seed<S>)
+--sgps-ablation V --seed S                  a variant of figures.sgps_ablations (runs/<D>/<N>/sgps_<V>/seed<S>)
 
 A killed run resumes from its last epoch's checkpoint when started again with the same params and code.
 """

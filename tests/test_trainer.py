@@ -25,7 +25,7 @@ def _spec(method="mcl", epochs=3, hparams=None, **train):
     cfg = copy.deepcopy(PARAMS["train"])
     cfg.update({"epochs": epochs, "batch": {"classes": 3, "per_class": 2}, "backbone_width": 4, "embedding_dim": 8, **train})
     hp = copy.deepcopy(PARAMS["methods"][method])
-    if method in ("mcl", "prism"):
+    if method in ("mcl", "prism", "sgps"):
         hp["memory_size"] = 24
     hp.update(hparams or {})
     return RunSpec(method, hp, cfg, seed=5, data_fingerprint="test")
@@ -116,6 +116,10 @@ def test_best_validation_without_validation_classes_is_refused(raw_params):
     ("prism", {"memory_warmup_steps": 2, "warmup_steps": 2, "window": 4}),  # memory, centres and sTRM window engaged
     ("bspml", {"lambda_0": 0.5, "lambda_inf": 1.0, "age_multiplier": 1.5,  # weights and age move every epoch
                "weight_step": {"step_size": 0.3, "passes": 2, "classes": 2, "per_class": 3, "block": 4}}),
+    ("sgps", {"window": 4, "ppm": "transproto", "transproto": {"layers": 2, "heads": 2, "ffn_factor": 2,  # bank,
+              "conditioning": 4}, "sgm": {"lambda_max": 0.9, "lambda_min": 0.5, "merge_min_similarity": 0.0,  # SGM
+              "meta_merge_similarity": 1.0, "tau_k_factor": 1.0, "tau_max_factor": 2.0, "cell_size_factor": 1.0,
+              "neighbours": 8, "every_epochs": 1, "start_epoch": 1}}),  # labels and TransProto all move
 ])
 def test_resume_is_bit_exact_with_engaged_memories(data, tmp_path, method, hparams):
     spec = _spec(method, epochs=4, hparams=hparams)
@@ -133,6 +137,10 @@ def test_resume_is_bit_exact_with_engaged_memories(data, tmp_path, method, hpara
         assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
     if method == "mcl":
         assert whole.method.loss_fn.has_been_filled or whole.method.loss_fn.queue_idx > 0
+    elif method == "sgps":
+        assert int(whole.method.sgm_round) == 3 and (whole.method.drawn >= 0).any()
+        assert whole.method.transproto is not None and whole.method.memory.rows.max() >= 0
+        assert whole.history[-1]["sgps_anchors_with_positives"] > 0
     elif method == "bspml":
         assert int(whole.method.rounds) == 4 and float(whole.method.age) == 1.0
         w = whole.method.weights

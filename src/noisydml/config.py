@@ -127,9 +127,19 @@ CHAIN_SCHEMA = {
                     help="train on the upstream's exported labels (label: an export name, '' = the noisy labels) and "
                          "only on the samples whose exported keep value is 1 (keep: an export name, '' = all)"),
     "inputs": Field(list, [], item_type=str, help="upstream exports given to the method (MethodSetup.inputs)"),
+    "hparams": Field(dict, {}, help="overrides of methods.<method> for this run only (e.g. a smaller noise_rate)"),
+    "train": Field(dict, {}, help="overrides of train for this run only: " + ", ".join(
+        ("validation_classes", "model_selection", "epochs"))),
 }
 CHAIN_INIT_SCHEMA = {"model": Field(bool, False), "method": Field(bool, False)}
-CHAIN_LABELS_SCHEMA = {"label": Field(str, ""), "keep": Field(str, "")}
+CHAIN_LABELS_SCHEMA = {
+    "label": Field(str, ""), "keep": Field(str, ""),
+    "kind": Field(str, "label_ids", choices=("label_ids", "clusters"),
+                  help="what the exported labels are: training-label ids, or cluster ids (e.g. SGPS's c^B); the "
+                       "trainer's ground truth then calls a row noisy when its cluster's majority true class is not its own"),
+}
+#: The train keys a chained run may override (``chains.<key>.train``).
+CHAIN_TRAIN_KEYS = ("validation_classes", "model_selection", "epochs")
 TRACKING_SCHEMA = {
     "experiment": Field(str, "noisydml"),
 }
@@ -149,6 +159,18 @@ FIGURES_SCHEMA = {
     "bspml_maps": Field(dict, {}, help="name -> a BSPML MAW/SDAW map (Figs. 3-4); empty = none"),
     "embedding_size": Field(dict, help="BSPML Fig. 5: Recall@1 against train.embedding_dim (dims: [] = none)"),
     "bspml_cells": Field(dict, help="BSPML Figs. 3-4 retrained per (lambda, mu) cell (lambdas: [] = none)"),
+    "sgps_ablations": Field(dict, help="SGPS Fig. 5 and Table V: sgps variants, each its own run (train: [] = none)"),
+}
+SGPS_ABLATIONS_SCHEMA = {
+    "dataset": Field(str, help="a dataset of grid.datasets"),
+    "noise": Field(str, help="a noise setting the grid trains on"),
+    "seeds": Field(list, item_type=int, min=0, help="seeds of every variant"),
+    "variants": Field(dict, help="name -> {group, hparams}: hparams override methods.sgps"),
+    "train": Field(list, item_type=str, help="the variants trained (and reported); [] = none"),
+}
+SGPS_VARIANT_SCHEMA = {
+    "group": Field(str, help="the figure or table the variant belongs to (a report heading)"),
+    "hparams": Field(dict, {}, help="overrides of methods.sgps"),
 }
 BSPML_CELLS_SCHEMA = {
     "dataset": Field(str, help="a dataset of grid.datasets"),
@@ -244,7 +266,40 @@ def _check_figures(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     figures["bspml_maps"] = maps
     figures["embedding_size"] = _check_embedding_size(figures["embedding_size"], p)
     figures["bspml_cells"] = _check_bspml_cells(figures["bspml_cells"], p)
+    figures["sgps_ablations"] = _check_sgps_ablations(figures["sgps_ablations"], p)
     return figures
+
+
+def sgps_ablation_run(variant: str) -> str:
+    """The run name of one variant of ``figures.sgps_ablations``."""
+    return f"sgps_{variant}"
+
+
+def _check_sgps_ablations(section: Any, p: dict[str, Any]) -> dict[str, Any]:
+    """``figures.sgps_ablations``: stage ``train_sgps_ablation@<variant>-<seed>`` per trained variant and seed (a
+    DVC matrix), ``sgps`` with the variant's overrides; the report groups them (Fig. 5a, 5b, Table V)."""
+    where = "figures.sgps_ablations"
+    entry = check_section(section, SGPS_ABLATIONS_SCHEMA, where)
+    variants = {}
+    for name, body in _mapping_or_empty(entry["variants"], f"{where}.variants", "variant").items():
+        variants[name] = check_section(body, SGPS_VARIANT_SCHEMA, f"{where}.variants.{check_name(name, where)}")
+    entry["variants"] = variants
+    _unique(entry["train"], f"{where}.train")
+    _unique(entry["seeds"], f"{where}.seeds")
+    for i, name in enumerate(entry["train"]):
+        check_choice(name, list(variants), f"{where}.train[{i}]", "variant of figures.sgps_ablations.variants")
+    if entry["train"]:
+        if not entry["seeds"]:
+            raise ParamsError(f"{where}.seeds: must list at least one seed when variants are trained")
+        _check_figure_run_target(entry, p, where)
+        if "sgps" not in p["methods"]:
+            raise ParamsError(f"{where}: needs methods.sgps (every variant overrides it)")
+        taken = set(p["grid"]["methods"]) | {c["name"] for c in p["chains"].values()}
+        for name in entry["train"]:
+            if sgps_ablation_run(name) in taken:
+                raise ParamsError(f"{where}.train: the run name {sgps_ablation_run(name)!r} is also a grid method "
+                                  "or a chain's name (the same run folder)")
+    return entry
 
 
 def bspml_cell_run(lam: str, mu: str) -> str:
@@ -323,6 +378,15 @@ def _mapping_or_empty(section: Any, key: str, what: str) -> Mapping:
     return section
 
 
+def _bounds(f: Field) -> dict[str, Any]:
+    return {k: getattr(f, k) for k in ("min", "max", "choices") if getattr(f, k, None) is not None}
+
+
+def chain_train_section(train: dict[str, Any], chain: dict[str, Any]) -> dict[str, Any]:
+    """The train section a chained run trains with: params.yaml's, with the chain's overrides."""
+    return {**train, **chain.get("train", {})}
+
+
 def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     """Chained runs (``chains.<key>``): each names its upstream run; the DVC stage ``train_chain@<key>`` depends
     on that run's folder, so ``dvc repro`` trains the upstream first and re-trains the chain when it changes."""
@@ -334,6 +398,12 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
         c = check_section(body, CHAIN_SCHEMA, where)
         c["init"] = check_section(c["init"], CHAIN_INIT_SCHEMA, f"{where}.init")
         c["labels"] = check_section(c["labels"], CHAIN_LABELS_SCHEMA, f"{where}.labels")
+        c["train"] = check_section(c["train"], {k: Field(TRAIN_SCHEMA[k].type, p["train"][k], **_bounds(TRAIN_SCHEMA[k]))
+                                                for k in CHAIN_TRAIN_KEYS}, f"{where}.train")
+        chain_train = chain_train_section(p["train"], c)
+        if chain_train["model_selection"] == "best_validation" and chain_train["validation_classes"] == 0:
+            raise ParamsError(f"{where}.train.model_selection: 'best_validation' needs validation_classes > 0 "
+                              "(held-out training classes; the test set is never used to select a model)")
         check_name(c["name"], f"{where}.name")
         hint = " (a chained run needs its upstream in the grid; or drop it: -S 'chains={}')"
         for field, values in (("dataset", grid["datasets"]), ("noise", noises_of(grid)), ("seed", grid["seeds"])):
@@ -543,7 +613,7 @@ def run_name(dataset: str, noise: str, method: str, seed: int) -> str:
 def runs_of(params: dict) -> list[tuple[str, str, str, int, str]]:
     """Every run of params: ``(dataset, noise, name, seed, kind)`` for the grid's runs (name = method, kind
     ``grid``), the chained runs (name = the chain's name, kind ``chain``) and the figures' own runs (kinds
-    ``embedding_size``, ``bspml_cell``)."""
+    ``embedding_size``, ``bspml_cell``, ``sgps_ablation``)."""
     grid = params["grid"]
     runs = [(d, n, m, s, "grid") for d, n, m, s in
             itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
@@ -554,6 +624,9 @@ def runs_of(params: dict) -> list[tuple[str, str, str, int, str]]:
     cells = params["figures"]["bspml_cells"]
     runs += [(cells["dataset"], cells["noise"], bspml_cell_run(lam, mu), s, "bspml_cell")
              for lam, mu, s in itertools.product(cells["lambda_names"], cells["mu_names"], cells["seeds"])]
+    ablations = params["figures"]["sgps_ablations"]
+    runs += [(ablations["dataset"], ablations["noise"], sgps_ablation_run(v), s, "sgps_ablation")
+             for v, s in itertools.product(ablations["train"], ablations["seeds"])]
     return runs
 
 

@@ -68,7 +68,51 @@ def score_decisions(decisions: Decisions | None, truth: GroundTruth) -> dict[str
         has = known & (pl >= 0)
         out["diag_pseudo_label_coverage"] = float(has.sum() / known.sum()) if known.sum() else None
         out["diag_pseudo_label_accuracy"] = float((pl[has] == truth.true_label[has]).mean()) if has.any() else None
+    if decisions.groups:
+        out.update(_score_groups(decisions.groups, truth, noisy))
+    if decisions.positives is not None:
+        out.update(_score_positives(np.asarray(decisions.positives), truth))
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _mates_of_class(groups: np.ndarray, true_label: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row: how many *other* rows of its group share its true class (rows with an unknown class: 0)."""
+    pair = groups.astype(np.int64) * (int(true_label.max(initial=0)) + 2) + (true_label + 1)
+    _, inverse, counts = np.unique(pair[rows], return_inverse=True, return_counts=True)
+    return np.where(true_label[rows] >= 0, counts[inverse] - 1, 0)
+
+
+def _score_groups(groups: dict[str, np.ndarray], truth: GroundTruth, noisy: np.ndarray) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    rows = np.flatnonzero(truth.known.astype(bool) & (truth.true_label >= 0))
+    has_true, nonempty = np.zeros(len(truth.true_label), bool), np.zeros(len(truth.true_label), bool)
+    for name, labels in groups.items():
+        labels = np.asarray(labels, dtype=np.int64)
+        out[f"diag_groups_{name}"] = float(len(np.unique(labels)))
+        if len(rows):
+            # purity: the share of rows in their group's majority true class (rows of known true class)
+            pair = labels[rows] * (int(truth.true_label.max()) + 1) + truth.true_label[rows]
+            _, pair_counts = np.unique(pair, return_counts=True)
+            pair_groups = np.unique(pair) // (int(truth.true_label.max()) + 1)
+            majority = np.zeros(int(labels.max()) + 1, np.int64)
+            np.maximum.at(majority, pair_groups, pair_counts)
+            out[f"diag_purity_{name}"] = float(majority.sum() / len(rows))
+        all_rows = np.arange(len(labels))
+        has_true[all_rows] |= _mates_of_class(labels, truth.true_label, all_rows) > 0
+        nonempty |= np.bincount(labels)[labels] > 1
+    if noisy.any():
+        out["diag_pool_true_positive"] = float(has_true[noisy].mean())
+        out["diag_pool_nonempty"] = float(nonempty[noisy].mean())
+    return out
+
+
+def _score_positives(positives: np.ndarray, truth: GroundTruth) -> dict[str, float | None]:
+    anchors = np.flatnonzero((positives[:, 0] >= 0) & truth.known.astype(bool) & (truth.true_label >= 0))
+    if not len(anchors):
+        return {}
+    drawn = positives[anchors]
+    same = truth.true_label[drawn] == truth.true_label[anchors][:, None]
+    return {"diag_positive_precision": float(same.mean()), "diag_anchor_true_positive": float(same.any(axis=1).mean())}
 
 
 def decision_histograms(decisions: Decisions | None, truth: GroundTruth, bins: int = 10) -> dict[str, dict]:

@@ -120,6 +120,13 @@ class Decisions:
     - ``weights``: per-sample loss weights -> ``diag_weight_clean`` / ``diag_weight_noisy`` (means).
     - ``pseudo_labels``: labels in the training-label ids (-1 = none) -> ``diag_pseudo_label_accuracy``.
     - ``confidence``: per-sample clean confidences -> ``diag_confidence_clean`` / ``diag_confidence_noisy``.
+    - ``groups``: labellings of the rows into groups (e.g. SGPS's subgroups), by name; a row's positive
+      candidates are its mates in any of them -> ``diag_groups_<name>`` (count), ``diag_purity_<name>``
+      (rows sharing their group's majority true class), ``diag_pool_true_positive`` / ``diag_pool_nonempty``
+      (truly noisy rows whose candidates hold a row of their true class / any row).
+    - ``positives``: (rows, K) positives drawn for a row this epoch (-1 = none) ->
+      ``diag_positive_precision`` (drawn positives of the anchor's true class) and ``diag_anchor_true_positive``
+      (anchors with at least one).
     """
 
     keep: np.ndarray | None = None
@@ -127,6 +134,8 @@ class Decisions:
     weights: np.ndarray | None = None
     pseudo_labels: np.ndarray | None = None
     confidence: np.ndarray | None = None
+    groups: dict[str, np.ndarray] | None = None
+    positives: np.ndarray | None = None
 
     def present(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]

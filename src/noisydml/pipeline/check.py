@@ -31,6 +31,10 @@ def check_all(params: dict[str, Any]) -> dict[str, Any]:
     for entry, item in params["timing"]["entries"].items():
         load_spec(item["method"]).check({**params["methods"][item["method"]], **item["hparams"]},
                                         f"timing.entries.{entry}.hparams")
+    for key, chain in params["chains"].items():
+        if chain["hparams"]:
+            load_spec(chain["method"]).check({**params["methods"][chain["method"]], **chain["hparams"]},
+                                             f"chains.{key}.hparams")
     train = params["train"]
     batch = train["batch"]
     for ds_name in params["grid"]["datasets"]:

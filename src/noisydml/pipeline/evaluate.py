@@ -26,7 +26,7 @@ from noisydml.reporting.plots import plot_history
 
 
 #: Bumped when a metrics file gains or changes content: every run is evaluated again once.
-METRICS_FORMAT = 2
+METRICS_FORMAT = 3
 
 
 def inputs_digest(params: dict, run) -> str:
@@ -36,6 +36,26 @@ def inputs_digest(params: dict, run) -> str:
     for name in ("test_embeddings.npz", "history.csv", "run.json"):
         digest.update(name.encode() + (run / name).read_bytes())
     return digest.hexdigest()
+
+
+def cluster_label_quality(params: dict, dataset: str, noise: str, name: str, seed: int, layout: Layout) -> dict:
+    """For a chained run trained on its upstream's cluster labels (``labels.kind: clusters``, e.g. SGPS's c^B):
+    how many clusters it kept, their purity (kept rows in their cluster's majority true class) and coverage (the
+    share of the upstream's rows kept), from the upstream's exports and the true labels of its training rows."""
+    chain = next((c for c in params["chains"].values() if (c["dataset"], c["noise"], c["name"], c["seed"]) ==
+                  (dataset, noise, name, seed) and c["labels"]["kind"] == "clusters"), None)
+    if chain is None:
+        return {}
+    upstream = layout.run(dataset, noise, chain["upstream"], seed)
+    exported = np.load(upstream / "exports.npz")
+    rows = np.load(upstream / "train_embeddings.npz")
+    true_of = pd.Series(rows["true_labels"], index=rows["sample_ids"])
+    clusters = exported[chain["labels"]["label"]]
+    kept = exported[chain["labels"]["keep"]] > 0.5 if chain["labels"]["keep"] else np.ones(len(clusters), bool)
+    true = true_of.loc[exported["sample_id"]].to_numpy()
+    counts = pd.crosstab(clusters[kept], true[kept])
+    return {"clusters": int(len(counts)), "purity": float(counts.max(axis=1).sum() / max(int(kept.sum()), 1)),
+            "coverage": float(kept.mean())}
 
 
 def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, layout: Layout = Layout()) -> dict:
@@ -56,6 +76,9 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
         if history[column].notna().any():
             training[column] = [None if pd.isna(v) else float(v) for v in history[column]]
             training[f"final_{column}"] = training[column][-1]
+    # the monitoring curves (test / validation metrics every train.eval_every epochs; None in between)
+    for column in (c for c in history.columns if c.startswith(("test_", "val_"))):
+        training[f"curve_{column}"] = [None if pd.isna(v) else float(v) for v in history[column]]
     # the final value of everything the method logged (e.g. BSPML's MAW / SDAW, PRISM's threshold)
     logged = [c for c in history.columns if c != "epoch" and not c.startswith(("test_", "val_", "diag_"))]
     training["final_logged"] = {c: float(history[c].dropna().iloc[-1]) for c in logged
@@ -63,7 +86,9 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
     # clean vs noisy histograms of the final weights / confidences (the trainer's, from ground truth)
     for decision, histogram in run_info.get("decision_histograms", {}).items():
         training[f"histogram_{decision}"] = histogram
+    quality = cluster_label_quality(params, dataset, noise, name, seed, layout)
     result = {
+        **({"pseudo_labels": quality} if quality else {}),
         "dataset": dataset, "noise": noise, "method": name, "seed": seed,
         "num_queries": int(len(data["labels"])), "num_classes": int(len(np.unique(data["labels"]))),
         "metrics": metrics, "training": training, "k_used": k_used, "map_at_r_exact": exact,

@@ -114,6 +114,24 @@ def load_run_data(dataset: str, noise: str, layout: Layout, validation_classes: 
                    ImageSet(train_images[val_index], labels[val_index]), train_images)
 
 
+def cluster_truth(clusters: np.ndarray, truth: GroundTruth) -> GroundTruth:
+    """Ground truth of rows labelled by cluster ids (``labels.kind: clusters``): a row is noisy when its true class
+    is not its cluster's majority true class; its "true label" is the largest cluster whose majority is its
+    true class (-1: none), so pseudo-label scores keep their meaning. Majorities count known rows only."""
+    true = truth.true_label
+    ok = truth.known.astype(bool) & (true >= 0)
+    width = int(true.max(initial=0)) + 1
+    counts = np.zeros((int(clusters.max()) + 1, width), np.int64)
+    np.add.at(counts, (clusters[ok], true[ok]), 1)
+    majority = np.where(counts.sum(1) > 0, counts.argmax(1), -1)
+    sizes = np.bincount(clusters, minlength=len(majority))
+    home = np.full(width, -1, np.int64)
+    for c in np.argsort(sizes, kind="stable"):  # ascending: the largest cluster of a class is written last
+        if majority[c] >= 0:
+            home[majority[c]] = c
+    return GroundTruth(majority[clusters] != true, np.where(true >= 0, home[np.maximum(true, 0)], -1), truth.known)
+
+
 def take_upstream(data: RunData, upstream_dir: Path, labels: dict, inputs: list[str], where: str):
     """Apply what a chained run takes from its upstream's exports (``exports.npz``, keyed by sample id).
 
@@ -149,11 +167,14 @@ def take_upstream(data: RunData, upstream_dir: Path, labels: dict, inputs: list[
         raise DatasetError(f"{where}: the upstream's exports keep no training sample")
     kept_classes, dense = np.unique(labels_now[keep], return_inverse=True)
     truth = data.truth.subset(np.flatnonzero(keep))
-    renumber = np.full(max(int(kept_classes.max()), int(truth.true_label.max(initial=0))) + 2, -1, np.int64)
-    renumber[kept_classes] = np.arange(len(kept_classes))
-    truth.true_label = np.where(truth.true_label >= 0, renumber[truth.true_label], -1)
-    if labels["label"]:
-        truth.is_noisy = dense != truth.true_label
+    if labels.get("kind", "label_ids") == "clusters":
+        truth = cluster_truth(dense, truth)
+    else:
+        renumber = np.full(max(int(kept_classes.max()), int(truth.true_label.max(initial=0))) + 2, -1, np.int64)
+        renumber[kept_classes] = np.arange(len(kept_classes))
+        truth.true_label = np.where(truth.true_label >= 0, renumber[truth.true_label], -1)
+        if labels["label"]:
+            truth.is_noisy = dense != truth.true_label
     taken = {name: exported[name][rows][keep] for name in inputs}
     train_set = ImageSet(data.train_set.images[keep], dense)
     digest = sha256_file(path)

@@ -16,7 +16,9 @@ import pandas as pd
 import torch
 
 from noisydml import io
-from noisydml.config import bspml_cell_run, check_in_grid, embedding_size_run, run_name
+from noisydml.config import (
+    bspml_cell_run, chain_train_section, check_in_grid, embedding_size_run, run_name, sgps_ablation_run,
+)
 from noisydml.data.prepared import sha256_file
 from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, embed
 from noisydml.methods import check_method
@@ -38,7 +40,10 @@ def train_chain(params: dict, key: str, layout: Layout = Layout()) -> Path:
     if key not in params["chains"]:
         raise ParamsError(f"--chain {key!r} is not in chains ({', '.join(params['chains']) or 'none'})")
     c = params["chains"][key]
-    return _train(params, c["dataset"], c["noise"], c["method"], c["seed"], c["name"], c, layout, f"train_chain@{key}")
+    # the chain's own overrides: of the method's hyper-parameters and of a few train keys (validated by config)
+    chained = {**params, "train": chain_train_section(params["train"], c),
+               "methods": {**params["methods"], c["method"]: {**params["methods"][c["method"]], **c["hparams"]}}}
+    return _train(chained, c["dataset"], c["noise"], c["method"], c["seed"], c["name"], c, layout, f"train_chain@{key}")
 
 
 def train_embedding_size(params: dict, method: str, dim: int, seed: int, layout: Layout = Layout()) -> Path:
@@ -72,6 +77,22 @@ def train_bspml_cell(params: dict, lam: str, mu: str, seed: int, layout: Layout 
                   f"train_bspml_cell@{lam}-{mu}-{seed}")
 
 
+def train_sgps_ablation(params: dict, variant: str, seed: int, layout: Layout = Layout()) -> Path:
+    """Train one variant of ``figures.sgps_ablations`` (SGPS Fig. 5, Table V; ``train_sgps_ablation@<variant>-<seed>``):
+    ``sgps`` with the variant's overrides on the figure's dataset and noise, into ``runs/<d>/<n>/sgps_<variant>``."""
+    ablations = params["figures"]["sgps_ablations"]
+    if variant not in ablations["train"] or seed not in ablations["seeds"]:
+        raise ParamsError(f"--sgps-ablation {variant} --seed {seed} is not a run of figures.sgps_ablations (train "
+                          f"{ablations['train']}, seeds {ablations['seeds']})")
+    hparams = {**params["methods"]["sgps"], **ablations["variants"][variant]["hparams"]}
+    for key in ("sgm", "transproto"):  # nested sections merge key by key
+        if key in ablations["variants"][variant]["hparams"]:
+            hparams[key] = {**params["methods"]["sgps"].get(key, {}), **ablations["variants"][variant]["hparams"][key]}
+    run = {**params, "methods": {**params["methods"], "sgps": hparams}}
+    return _train(run, ablations["dataset"], ablations["noise"], "sgps", seed, sgps_ablation_run(variant), None,
+                  layout, f"train_sgps_ablation@{variant}-{seed}")
+
+
 def add_arguments(parser) -> None:
     """The train stage's options: a grid run, a chained run, or one of a figure's own runs."""
     for key in ("dataset", "noise", "method"):
@@ -82,15 +103,17 @@ def add_arguments(parser) -> None:
                         help="with --method and --seed: a point of figures.embedding_size (instead of the grid)")
     parser.add_argument("--lam", help="with --mu and --seed: a cell of figures.bspml_cells (instead of the grid)")
     parser.add_argument("--mu")
+    parser.add_argument("--sgps-ablation", help="with --seed: a variant of figures.sgps_ablations (instead of the grid)")
 
 
 def run_from_arguments(params: dict, args) -> Path:
     """Train what the options name (:func:`add_arguments`), refusing mixed or incomplete options."""
-    given = {k for k in ("dataset", "noise", "method", "seed", "chain", "embedding_dim", "lam", "mu")
+    given = {k for k in ("dataset", "noise", "method", "seed", "chain", "embedding_dim", "lam", "mu", "sgps_ablation")
              if getattr(args, k) is not None}
     flag = {k: "--" + k.replace("_", "-") for k in given}
     modes = [("chain", {"chain"}), ("embedding_dim", {"embedding_dim", "method", "seed"}),
-             ("lam", {"lam", "mu", "seed"}), ("dataset", {"dataset", "noise", "method", "seed"})]
+             ("lam", {"lam", "mu", "seed"}), ("sgps_ablation", {"sgps_ablation", "seed"}),
+             ("dataset", {"dataset", "noise", "method", "seed"})]
     for key, needs in modes:
         if key in given:
             extra, missing = given - needs, needs - given
@@ -105,11 +128,13 @@ def run_from_arguments(params: dict, args) -> Path:
                 return train_embedding_size(params, args.method, args.embedding_dim, args.seed)
             if key == "lam":
                 return train_bspml_cell(params, args.lam, args.mu, args.seed)
+            if key == "sgps_ablation":
+                return train_sgps_ablation(params, args.sgps_ablation, args.seed)
             check_in_grid(params, dataset=args.dataset, noise=args.noise, method=args.method, seed=args.seed)
             return train(params, args.dataset, args.noise, args.method, args.seed)
     raise ParamsError("name a run: --dataset --noise --method --seed (a grid run), --chain KEY, "
-                      "--method --embedding-dim --seed (figures.embedding_size) or --lam --mu --seed "
-                      "(figures.bspml_cells)")
+                      "--method --embedding-dim --seed (figures.embedding_size), --lam --mu --seed "
+                      "(figures.bspml_cells) or --sgps-ablation --seed (figures.sgps_ablations)")
 
 
 def _upstream(chain: dict, data, layout: Layout, key_where: str):

@@ -193,3 +193,33 @@ def plot_embedding_size(table: pd.DataFrame, title: str, path: Path) -> None:
         ax.legend(fontsize=8)
         ax.set_title(title, fontsize=9)
     _save(fig, path)
+
+
+def plot_training_curves(per_seed: pd.DataFrame, path: Path,
+                         methods: tuple[str, ...] = ("prism", "sgps", "sgps_supcon", "sgps_posterior")) -> None:
+    """SGPS Fig. 8: test P@1 and MAP@R over training (monitoring passes every ``train.eval_every`` epochs), mean
+    over seeds, PRISM against the SGPS runs, one line per (method, noise)."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    column = "curve_test_precision_at_1"
+    rows = per_seed[per_seed["method"].isin(methods)] if column in per_seed else per_seed.iloc[:0]
+    for ax, metric, title in zip(axes, ("precision_at_1", "mean_average_precision_at_r"), ("P@1", "MAP@R")):
+        if rows.empty:
+            ax.text(0.5, 0.5, "no PRISM or SGPS run in the grid", ha="center", va="center")
+            ax.set_axis_off()
+            continue
+        for i, ((dataset, noise, method), group) in enumerate(rows.groupby(["dataset", "noise", "method"], sort=False)):
+            curves = np.array([[np.nan if v is None else v for v in c] for c in group[f"curve_test_{metric}"]], float)
+            mean = np.nanmean(curves, axis=0)
+            epochs = np.arange(1, len(mean) + 1)
+            shown = np.isfinite(mean)
+            ax.plot(epochs[shown], mean[shown], marker="o", markersize=3, color=f"C{i % 10}",
+                    linestyle="-" if method.startswith("sgps") else "--", label=f"{method} {dataset}/{noise}")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(f"test {title}")
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{title} over training (SGPS Fig. 8)")
+    if not rows.empty:
+        axes[1].legend(fontsize=7)
+    _save(fig, path)

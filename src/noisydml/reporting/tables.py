@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from noisydml import io
-from noisydml.config import bspml_cell_run, embedding_size_run, noises_of, runs_of
+from noisydml.config import bspml_cell_run, embedding_size_run, noises_of, runs_of, sgps_ablation_run
 
 
 def row_names(params: dict) -> list[str]:
@@ -35,8 +35,9 @@ def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.Data
             "noise_rate": setting["nominal_rate"], "actual_noise_rate": setting["actual_rate"],
             "method": method, "run_kind": kind, "seed": seed, **result["metrics"],
             "map_at_r_exact": result.get("map_at_r_exact", True), "k_used": result.get("k_used"),
+            **{f"pseudo_label_{k}": v for k, v in result.get("pseudo_labels", {}).items()},
             # the trainer's scores of the method's decisions: per-epoch lists and final values
-            **{k: v for k, v in training.items() if k.startswith(("diag_", "final_diag_", "histogram_"))},
+            **{k: v for k, v in training.items() if k.startswith(("diag_", "final_diag_", "histogram_", "curve_"))},
             **{f"final_{k}": v for k, v in training.get("final_logged", {}).items() if kind == "bspml_cell"},
         })
     return pd.DataFrame(rows)
@@ -323,6 +324,147 @@ def bspml_cells_lines(table: pd.DataFrame, cells: dict) -> list[str]:
               for r in table.to_dict("records")], ""]
 
 
+#: SGPS (Yu et al., TIP 2024) Table I, P@1 (%) under symmetric noise, (CARS, SOP, CUB) per noise rate, for the
+#: rows we train. The paper's "SGPS-MCL" row is the posterior data clean (its caption; the spec's A27), so it sits
+#: beside ``sgps_posterior``; plain SGPS-MCL has no number in the paper.
+SGPS_TABLE1 = {
+    "fastap": {10: (66.74, 69.20, 54.10), 20: (66.39, 67.94, 53.70), 50: (58.87, 65.83, 51.18), 70: (13.47, 59.62, 4.24), 90: (9.97, 25.38, 2.57)},
+    "normalized_softmax": {10: (72.72, 70.10, 51.99), 20: (70.10, 68.90, 49.66), 50: (54.80, 57.32, 42.81), 70: (46.59, 43.91, 27.25), 90: (29.48, 34.15, 7.87)},
+    "proxynca": {10: (69.75, 71.10, 47.13), 20: (70.31, 69.50, 46.64), 50: (61.75, 61.49, 41.63), 70: (42.06, 59.25, 34.58), 90: (29.22, 56.60, 33.06)},
+    "softtriple": {10: (76.18, 68.60, 51.94), 20: (71.82, 55.21, 49.14), 50: (52.53, 38.45, 41.46), 70: (43.34, 0.01, 32.63), 90: (33.47, 0.00, 28.99)},
+    "ms": {10: (66.31, 69.90, 57.44), 20: (67.14, 67.60, 54.52), 50: (38.41, 59.58, 40.70), 70: (6.16, 66.40, 5.351), 90: (5.06, 63.14, 4.051)},
+    "circle": {10: (71.00, 72.80, 47.48), 20: (56.24, 70.50, 45.32), 50: (15.24, 41.17, 12.98), 70: (3.78, 60.05, 15.33), 90: (2.89, 53.21, 11.45)},
+    "contrastive": {10: (72.34, 68.70, 51.77), 20: (70.93, 68.80, 51.50), 50: (22.91, 61.16, 38.59), 70: (13.80, 62.15, 56.18), 90: (5.65, 57.34, 34.72)},
+    "mcl": {10: (74.22, 79.00, 56.72), 20: (69.17, 76.60, 50.74), 50: (46.88, 67.21, 31.18), 70: (21.79, 58.70, 17.03), 90: (16.50, 50.80, 11.60)},
+    "prism": {10: (80.06, 80.11, 58.78), 20: (78.03, 79.47, 58.73), 50: (72.93, 72.85, 56.03), 70: (56.86, 67.10, 44.93), 90: (33.55, 54.40, 35.88)},
+    "supcon": {10: (74.01, 68.53, 53.58), 20: (72.24, 67.92, 52.13), 50: (62.06, 62.97, 10.89), 70: (23.92, 57.32, 56.60), 90: (0.68, 53.11, 35.84)},
+    "sgps_posterior": {10: (80.90, 80.91, 63.18), 20: (79.11, 80.55, 62.60), 50: (76.33, 74.61, 60.97), 70: (68.09, 71.03, 50.47), 90: (40.56, 62.46, 45.19)},
+    "sgps_supcon": {10: (80.31, 76.21, 60.05), 20: (79.77, 71.64, 58.12), 50: (75.43, 67.32, 52.21), 70: (64.35, 63.43, 48.71), 90: (36.49, 61.48, 43.78)},
+}
+#: SGPS Table II, P@1 (%) under small-cluster noise, (CARS, SOP, CUB) per rate; here SGPS-MCL is plain SGPS-MCL
+#: (the caption makes no posterior claim).
+SGPS_TABLE2 = {
+    "fastap": {25: (62.49, 70.66, 52.18), 50: (53.07, 67.55, 48.46), 75: (2.98, 6.94, 3.85)},
+    "normalized_softmax": {25: (71.61, 70.00, 49.61), 50: (62.29, 61.92, 41.78), 75: (54.53, 60.50, 38.35)},
+    "proxynca": {25: (69.50, 67.95, 42.07), 50: (58.34, 62.25, 36.48), 75: (55.91, 62.12, 23.14)},
+    "softtriple": {25: (73.26, 73.63, 56.18), 50: (66.66, 64.14, 50.35), 75: (56.05, 58.57, 46.71)},
+    "ms": {25: (63.92, 67.32, 53.60), 50: (43.73, 62.17, 41.66), 75: (17.46, 61.36, 11.90)},
+    "circle": {25: (53.03, 70.33, 44.07), 50: (19.95, 40.48, 22.96), 75: (3.62, 39.87, 18.60)},
+    "contrastive": {25: (65.60, 68.25, 47.27), 50: (26.45, 64.27, 39.43), 75: (22.05, 63.93, 35.25)},
+    "mcl": {25: (69.46, 75.61, 52.25), 50: (36.43, 68.71, 41.58), 75: (22.23, 68.64, 32.74)},
+    "prism": {25: (76.50, 79.09, 57.58), 50: (69.56, 73.56, 54.92), 75: (58.07, 69.07, 46.45)},
+    "supcon": {25: (68.59, 66.39, 49.98), 50: (60.28, 63.00, 49.36), 75: (6.00, 60.36, 46.79)},
+    "sgps": {25: (79.95, 80.55, 61.63), 50: (73.50, 75.46, 59.80), 75: (67.88, 71.96, 50.21)},
+    "sgps_supcon": {25: (72.89, 70.29, 59.77), 50: (62.54, 62.32, 51.60), 75: (60.41, 62.44, 48.64)},
+}
+
+
+def sgps_table(summary: pd.DataFrame, kind: str, paper: dict) -> list[str]:
+    """SGPS's Table I (``symmetric``) or Table II (``small_cluster``) layout: rows = methods, per noise rate our
+    P@1 (mean ± sample SD over seeds) beside the paper's CARS / SOP / CUB."""
+    rows = summary[summary["noise_kind"] == kind].sort_values("noise_rate", kind="stable")
+    if rows.empty:
+        return []
+    rates = list(dict.fromkeys(rows["noise_rate"]))
+    out = []
+    for dataset, group in rows.groupby("dataset", sort=False):
+        header = " | ".join(f"{100 * r:g}%: ours | paper CARS / SOP / CUB" for r in rates)
+        out += [f"**{dataset}** (P@1 %)", "", f"| method | {header} |", "|" + "---|" * (2 * len(rates) + 1)]
+        for method in dict.fromkeys(group["method"]):
+            cells = []
+            for rate in rates:
+                hit = group[(group["method"] == method) & (group["noise_rate"] == rate)]
+                cells.append(_pct(hit.iloc[0], "precision_at_1") if len(hit) else "-")
+                ref = paper.get(method, {}).get(round(100 * rate))
+                cells.append(" / ".join(f"{v:.2f}" for v in ref) if ref else "-")
+            out.append(f"| {method} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+#: Final-epoch SGPS diagnostics (the trainer's, from ground truth the method never sees).
+SGPS_DIAGNOSTICS = {
+    "final_diag_purity_bottom_up": "c^B purity", "final_diag_purity_top_down": "c^T purity",
+    "final_diag_pool_true_positive": "noisy: a true positive among candidates",
+    "final_diag_pool_nonempty": "noisy: any candidate",
+    "final_diag_anchor_true_positive": "anchors: a true positive drawn",
+    "final_diag_positive_precision": "drawn positives of the true class",
+}
+
+
+def sgps_diagnostics(per_seed: pd.DataFrame) -> pd.DataFrame:
+    columns = [c for c in SGPS_DIAGNOSTICS if c in per_seed.columns]
+    if not columns:
+        return pd.DataFrame()
+    rows = per_seed.dropna(subset=columns[:1])
+    if rows.empty:
+        return pd.DataFrame()
+    grouped = rows.groupby(["dataset", "noise", "method"], sort=False)
+    table = grouped[columns].mean().rename(columns=SGPS_DIAGNOSTICS)
+    table["seeds"] = grouped.size()
+    return table.reset_index()
+
+
+def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Chains trained on an upstream's cluster labels (``labels.kind: clusters``; SGPS's posterior data clean,
+    stage 2) and the chains trained after them (stage 3), one row per seed: each stage's P@1, and the purity
+    (rows in their cluster's majority true class) and coverage (rows kept) of the exported clusters (measured by
+    the evaluate stage)."""
+    runs = per_seed.set_index(["dataset", "noise", "method", "seed"])
+    rows = []
+    for c in params["chains"].values():
+        if c["labels"]["kind"] != "clusters":
+            continue
+        key = (c["dataset"], c["noise"])
+
+        def value(name: str, column: str = "precision_at_1"):
+            index = (*key, name, c["seed"])
+            return runs.loc[index, column] if index in runs.index and column in runs.columns else None
+
+        after = [d for d in params["chains"].values()
+                 if d["upstream"] == c["name"] and (d["dataset"], d["noise"], d["seed"]) == (*key, c["seed"])]
+        rows.append({
+            "dataset": c["dataset"], "noise": c["noise"], "seed": c["seed"],
+            f"stage 1: {c['upstream']} P@1": value(c["upstream"]),
+            "clusters": value(c["name"], "pseudo_label_clusters"), "purity": value(c["name"], "pseudo_label_purity"),
+            "coverage": value(c["name"], "pseudo_label_coverage"),
+            f"stage 2: {c['name']} P@1": value(c["name"]),
+            **{f"stage 3: {d['name']} P@1": value(d["name"]) for d in after},
+        })
+    return pd.DataFrame(rows)
+
+
+#: SGPS Table V (CARS, 50% symmetric noise, SGPS-MCL): (tau, delta, gamma_1, gamma_2) -> (P@1, MAP@R) in %.
+SGPS_TABLE5 = {
+    (0.02, 0.1, 1.0, 0.1): (76.33, 20.90), (1.0, 0.1, 1.0, 0.1): (73.05, 18.56), (0.1, 0.1, 1.0, 0.1): (74.99, 19.63),
+    (0.02, 0.0, 1.0, 0.1): (74.79, 19.80), (0.02, 0.3, 1.0, 0.1): (73.16, 18.56), (0.02, 0.1, 2.0, 0.1): (75.41, 19.92),
+    (0.02, 0.1, 5.0, 0.1): (73.22, 18.61), (0.02, 0.1, 1.0, 0.5): (75.56, 20.60), (0.02, 0.1, 1.0, 1.0): (74.20, 19.27),
+}
+
+
+def sgps_ablation_table(runs: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """``figures.sgps_ablations``: one row per trained variant, P@1 / MAP@R (mean, sample SD over seeds), its
+    overrides, and Table V's CARS numbers where the variant's (tau, delta, gamma_1, gamma_2) is a row of it."""
+    ablations = params["figures"]["sgps_ablations"]
+    out = []
+    for variant in ablations["train"]:
+        group = runs[runs["method"] == sgps_ablation_run(variant)]
+        spec = ablations["variants"][variant]
+        hp = {**params["methods"]["sgps"], **spec["hparams"]}
+        paper = SGPS_TABLE5.get(tuple(float(hp[k]) for k in ("temperature", "margin", "gamma_batch", "gamma_bank")))
+        out.append({
+            "group": spec["group"], "variant": variant,
+            "overrides": ", ".join(f"{k}={v}" for k, v in spec["hparams"].items()) or "(none)",
+            "seeds": len(group),
+            "P@1": group["precision_at_1"].mean(), "P@1 SD": group["precision_at_1"].std(ddof=1),
+            "MAP@R": group["mean_average_precision_at_r"].mean(),
+            "MAP@R SD": group["mean_average_precision_at_r"].std(ddof=1),
+            "paper P@1 (CARS)": paper[0] / 100 if paper and spec["group"].startswith("Table V") else None,
+            "paper MAP@R (CARS)": paper[1] / 100 if paper and spec["group"].startswith("Table V") else None,
+        })
+    return pd.DataFrame(out)
+
+
 def _chain_line(c: dict) -> str:
     """One chained run as a Markdown bullet: what it trains, after which run, and what it takes from it."""
     takes = []
@@ -341,7 +483,8 @@ def _chain_line(c: dict) -> str:
 def write_report(params: dict, layout) -> Path:
     from noisydml.evaluation import metric_names
     from noisydml.reporting.plots import (
-        plot_bspml_maps, plot_embedding_size, plot_metric_vs_noise, plot_noise_per_class, plot_selection, plot_weight_histograms,
+        plot_bspml_maps, plot_embedding_size, plot_metric_vs_noise, plot_noise_per_class, plot_selection,
+        plot_training_curves, plot_weight_histograms,
     )
 
     out = layout.reports
@@ -351,7 +494,8 @@ def write_report(params: dict, layout) -> Path:
     every_run = per_seed  # results_per_seed.csv: every run, the figures' too (run_kind tells them apart)
     kinds = per_seed["run_kind"] if not per_seed.empty else pd.Series(dtype=str)
     sweep, cell_runs = per_seed[kinds == "embedding_size"], per_seed[kinds == "bspml_cell"]
-    per_seed = per_seed[~kinds.isin(["embedding_size", "bspml_cell"])]
+    ablation_runs = per_seed[kinds == "sgps_ablation"]
+    per_seed = per_seed[~kinds.isin(["embedding_size", "bspml_cell", "sgps_ablation"])]
     per_seed = per_seed.drop(columns=[c for c in per_seed.columns if c.startswith("final_bspml_")])
     sizes = embedding_size_summary(sweep, params["figures"]["embedding_size"])
     cells = bspml_cells_summary(cell_runs, params["figures"]["bspml_cells"])
@@ -407,6 +551,40 @@ def write_report(params: dict, layout) -> Path:
            "![Recall@1 against embedding size](embedding_size.png)", ""]
     md += ["## BSPML retrained per cell (Figs. 3-4)", "", *bspml_cells_lines(cells, params["figures"]["bspml_cells"]),
            "![MAW, SDAW and Recall@1 over (mu, lambda)](bspml_cells.png)", ""]
+    sgps_diag = sgps_diagnostics(per_seed)
+    posterior = posterior_table(params, per_seed)
+    table_i = sgps_table(summary, "symmetric", SGPS_TABLE1)
+    table_ii = sgps_table(summary, "small_cluster", SGPS_TABLE2)
+    md += ["## SGPS", "",
+           "Subgroups and positives at the final epoch (the trainer's scores from ground truth the method never "
+           "sees; mean over seeds): purity of the subgroup labellings, the share of truly noisy samples whose "
+           "positive candidates hold a sample of their true class (or any sample), and of the rejected samples "
+           "(anchors) and their drawn positives.", "",
+           sgps_diag.round(4).to_markdown(index=False) if not sgps_diag.empty else "(no SGPS run in the grid)", ""]
+    md += ["### Posterior data clean (Sec. IV-E)", "",
+           "Stage 1's c^B (a fresh SGM pass on its final model) as stage 2's labels: purity (rows in their "
+           "cluster's majority true class) and coverage (rows kept: clusters of one row are left out); then each "
+           "stage's P@1, per seed.", "",
+           posterior.round(4).to_markdown(index=False) if not posterior.empty else "(no chain trains on cluster labels)", ""]
+    md += ["### SGPS's Table I and Table II layouts", "",
+           "Our P@1 beside the paper's (CARS / SOP / CUB, BN-Inception or ResNet-50 on a GPU: compare orderings, "
+           "not values). The paper's Table I SGPS-MCL row is its posterior data clean, so it sits beside "
+           "`sgps_posterior`; its Table II SGPS-MCL is plain `sgps`.", ""]
+    md += table_i or ["(Table I: no symmetric noise setting in the grid)", ""]
+    md += table_ii or ["(Table II: no small-cluster noise setting in the grid)", ""]
+    md += ["![P@1 and MAP@R over training](curves_over_training.png)", ""]
+    ablation = sgps_ablation_table(ablation_runs, params)
+    md += ["### SGPS ablations (Fig. 5a, Fig. 5b, Table V)", ""]
+    if ablation.empty:
+        md += ["(opt-in: list variants in `figures.sgps_ablations.train`; see params.yaml)", ""]
+    else:
+        abl = params["figures"]["sgps_ablations"]
+        md += [f"sgps variants on {abl['dataset']} / {abl['noise']}, P@1 and MAP@R in %, mean and sample SD over "
+               "seeds. The paper (CARS and SOP, 50% symmetric noise) reports for Fig. 5a: both > SGM-B only > SGM-T "
+               "only; Fig. 5b: TransProto > Mean, SoftMax > Max (figures, no numbers); Table V's CARS numbers are "
+               "beside the variants with its settings.", "",
+               (ablation.set_index(["group", "variant", "overrides", "seeds"]) * 100).round(2).reset_index()
+               .to_markdown(index=False), ""]
     md += ["## Training time", ""]
     if times.empty:
         md += ["(opt-in: list methods under `timing.entries` in params.yaml to time them; see the README)", ""]
@@ -423,12 +601,15 @@ def write_report(params: dict, layout) -> Path:
     io.write_text(out / "results.md", "\n".join(md))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
     # per-epoch curves live in metrics/*.json
-    flat = every_run.drop(columns=[c for c in every_run.columns if c.startswith(("diag_", "histogram_"))])
+    flat = every_run.drop(columns=[c for c in every_run.columns if c.startswith(("diag_", "histogram_", "curve_"))])
     io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
     plot_metric_vs_noise(summary, "precision_at_1", out / "p_at_1_vs_noise.png")
     plot_noise_per_class(per_class, nominal, out / "noise_per_class.png")
     plot_selection(per_seed, out / "selection_over_training.png")
+    plot_training_curves(per_seed, out / "curves_over_training.png")
+    io.write_with(out / "sgps_posterior.csv", lambda p: posterior.to_csv(p, index=False, float_format="%.6f"))
+    io.write_with(out / "sgps_ablations.csv", lambda p: ablation.to_csv(p, index=False, float_format="%.6f"))
     plot_weight_histograms(per_seed, out / "weights_clean_noisy.png")
     fig5 = params["figures"]["embedding_size"]
     plot_embedding_size(sizes, f"Recall@1 against embedding size, {fig5['dataset']} / {fig5['noise']}",
@@ -448,7 +629,7 @@ def write_report(params: dict, layout) -> Path:
         f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}
         for r in summary.itertuples()
     }
-    figure_runs = pd.concat([sweep, cell_runs])
+    figure_runs = pd.concat([sweep, cell_runs, ablation_runs])
     fig5_rows = figure_runs.groupby(["dataset", "noise", "method"], sort=False)[names].mean().reset_index() \
         if not figure_runs.empty else figure_runs
     combined.update({f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}

@@ -58,11 +58,14 @@ class ClassCentreMemory(nn.Module):
         self.register_buffer("pointer", torch.zeros((), dtype=torch.long))
         self.register_buffer("class_sums", torch.zeros(num_classes, dim, dtype=torch.float64))
         self.register_buffer("class_counts", torch.zeros(num_classes, dtype=torch.long))
+        #: training row of each entry (-1: empty or not given); SGPS looks up an entry's current subgroups by it
+        self.register_buffer("rows", torch.full((size,), -1, dtype=torch.long))
 
     @torch.no_grad()
-    def enqueue(self, features: torch.Tensor, labels: torch.Tensor) -> None:
+    def enqueue(self, features: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         features = F.normalize(features.detach().float(), dim=1)[-self.size:]
         labels = labels.detach().long()[-self.size:]
+        rows = torch.full_like(labels, -1) if rows is None else rows.detach().long()[-self.size:]
         n = len(labels)
         if n == 0:
             return
@@ -78,6 +81,7 @@ class ClassCentreMemory(nn.Module):
         self.class_sums.masked_fill_((self.class_counts == 0).unsqueeze(1), 0.0)
         self.features[slots] = features
         self.labels[slots] = labels
+        self.rows[slots] = rows
         self.pointer.fill_(int((self.pointer + n) % self.size))
 
     def centres(self) -> torch.Tensor:
@@ -191,13 +195,22 @@ class PrismMethod(Method):
         scorable_share = float((self.memory.class_counts[batch.labels] > 0).float().mean())
         self.threshold.fell_back = False
         keep = self.select(batch.embeddings, batch.labels, batch.step)
+        extra, extra_logs = self.noise_loss(batch, keep)  # before the enqueue: the memory of earlier batches
         kept = batch.subset(keep)
-        self.memory.enqueue(kept.embeddings, kept.labels)  # lines 15-18: only kept samples, centres updated
+        self.memory.enqueue(kept.embeddings, kept.labels, kept.index)  # lines 15-18: only kept samples, centres updated
         value = self.base.loss_of(kept.embeddings, kept.labels, batch.step)
+        if extra is not None:
+            value = value + extra
         self.visits.index_add_(0, batch.index, torch.ones_like(batch.index))
         self.kept_visits.index_add_(0, batch.index, keep.long())
         # per batch, averaged per epoch by the trainer: scorable share, and whether the fallback was taken
-        return value, {"fallback_rate": float(self.threshold.fell_back), "scorable_fraction": scorable_share}
+        return value, {"fallback_rate": float(self.threshold.fell_back), "scorable_fraction": scorable_share,
+                       **extra_logs}
+
+    def noise_loss(self, batch: Batch, keep: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """A loss on the rejected samples (``~keep``) added to the base loss, and its logs: none in PRISM, which
+        drops them; SGPS's L_noise (:mod:`noisydml.methods.parts.sgps`)."""
+        return None, {}
 
     def on_epoch_start(self, ctx: EpochContext) -> dict[str, float]:
         self.visits.zero_()

@@ -1,0 +1,265 @@
+"""SGM: SGPS's subgroup generation module (Yu et al., TIP 2024, Sec. III-D, Algorithms 1-4).
+
+Works on the feature bank (unit vectors, one per training row) and the noisy labels, and gives every row two
+subgroup labels: ``c^B`` (bottom-up, Alg. 2) and ``c^T`` (top-down, Algs. 3-4). Pure numpy / scipy / faiss,
+no torch, so it is tested and benchmarked on its own (``scripts/bench_sgps.py``).
+
+Readings of the paper (the spec's A-numbers, ``sgps-spec.md``):
+
+- Alg. 1 (Eq. 4): within a class, each row links to its most similar class-mate (self excluded, A29) and to
+  every class-mate with similarity > ``lambda_max``; every edge below ``lambda_min`` is pruned (l.6). Connected
+  components of the undirected graph are the subgroups; an outlier is a singleton subgroup and stays in play.
+  The largest subgroup of a class is its meta cluster (ties: the lowest subgroup id). Class similarities are
+  computed in row blocks: never a class x class matrix of a huge class at once.
+- Alg. 2 (Eq. 5): global, cross-class merging of the subgroups with the most similar centroids. Two meta
+  clusters never merge (A10: ``meta_merge_similarity`` = the text's lambda'_max; 1.0, the default, reproduces
+  Alg. 2, which has no such input); a merged group is meta if either part is (A9); a merge may not exceed
+  ``tau_max`` samples (A12, ``<=``); a rejected pair is dropped for good (l.14) while its groups stay; merging
+  stops at ``tau_k`` groups (A11, ``<=``) or when the best similarity is below ``min_similarity`` (lambda'_min).
+  The best pair comes from a heap over a candidate graph (each centroid's ``neighbours`` nearest, by faiss,
+  made symmetric; a merged group's candidates are its parts' candidates, its ``neighbours`` most similar kept):
+  exact Alg. 2 when ``neighbours >= M_c - 1`` (a test checks it against a direct transcription), the spec's
+  A32 approximation at SOP size. No pair matrix and no Python loop over pairs: the loop is over merges.
+- Algs. 3-4 (Eq. 6): the intra-class subgroups (A18), normalised centroids, one cell at first; a cell with at
+  least ``cell_size`` (B) samples and more than one subgroup is split by the hyperplane bisecting two of its
+  subgroups' centroids, two meta clusters when it has several (A17), drawn with a seeded generator (A16); an
+  explicit stack, not recursion; the second centroid of the pair always goes right, so a split of identical
+  centroids still makes progress and terminates.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from noisydml.neighbours import knn
+
+
+@dataclass
+class Subgroups:
+    """Alg. 1's output: ``subgroup`` per row (0..M_c-1), and per subgroup its class, size and meta flag."""
+
+    subgroup: np.ndarray
+    subgroup_class: np.ndarray
+    size: np.ndarray
+    meta: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.size)
+
+
+@dataclass
+class SgmResult:
+    """One SGM pass: both labellings of every row, and what happened (no ground truth here)."""
+
+    intra: Subgroups
+    bottom_up: np.ndarray  # c^B per row, dense ids
+    top_down: np.ndarray   # c^T per row, dense ids
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    return np.unique(values, return_inverse=True)[1].astype(np.int64)
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def intra_class_subgroups(features: np.ndarray, labels: np.ndarray, lambda_max: float, lambda_min: float,
+                          block_rows: int = 2048) -> Subgroups:
+    """Alg. 1 on every class: Eq. 4's links, pruned below ``lambda_min``, connected components, meta clusters."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    if lambda_min > lambda_max:
+        raise ValueError(f"lambda_min {lambda_min} > lambda_max {lambda_max}: Alg. 1 needs lambda_min <= lambda_max")
+    feats = np.ascontiguousarray(features, dtype=np.float32)
+    labels = np.asarray(labels, dtype=np.int64)
+    n = len(labels)
+    order = np.argsort(labels, kind="stable")
+    bounds = np.flatnonzero(np.diff(labels[order])) + 1
+    src, dst = [], []
+    for members in np.split(order, bounds):
+        if len(members) < 2:
+            continue
+        block_feats = feats[members]
+        for start in range(0, len(members), block_rows):
+            rows = members[start : start + block_rows]
+            sims = block_feats[start : start + block_rows] @ block_feats.T  # (rows, class size)
+            own = np.arange(len(rows))
+            sims[own, start + own] = -np.inf  # Eq. 4's max_k excludes the row itself (A29)
+            nearest = sims.argmax(axis=1)
+            best = sims[own, nearest]
+            linked = best >= lambda_min  # Alg. 1 l.6 prunes every edge below lambda_min
+            src.append(rows[linked])
+            dst.append(members[nearest[linked]])
+            r, c = np.nonzero((sims > lambda_max) & (sims >= lambda_min))
+            src.append(rows[r])
+            dst.append(members[c])
+    if src:
+        s, d = np.concatenate(src), np.concatenate(dst)
+    else:
+        s = d = np.zeros(0, np.int64)
+    graph = coo_matrix((np.ones(len(s), np.int8), (s, d)), shape=(n, n)).tocsr()
+    _, component = connected_components(graph, directed=False)  # ids in order of each component's first row
+    component = component.astype(np.int64)
+    size = np.bincount(component)
+    subgroup_class = np.zeros(len(size), np.int64)
+    subgroup_class[component] = labels
+    # meta cluster of each class: its largest subgroup, the lowest id on ties
+    ids = np.arange(len(size))
+    ranked = np.lexsort((ids, -size, subgroup_class))
+    first = np.ones(len(ranked), bool)
+    first[1:] = subgroup_class[ranked][1:] != subgroup_class[ranked][:-1]
+    meta = np.zeros(len(size), bool)
+    meta[ranked[first]] = True
+    return Subgroups(component, subgroup_class, size, meta)
+
+
+def _centroid_sums(features: np.ndarray, subgroup: np.ndarray, count: int) -> np.ndarray:
+    sums = np.zeros((count, features.shape[1]), np.float64)
+    np.add.at(sums, subgroup, np.asarray(features, dtype=np.float64))
+    return sums
+
+
+def bottom_up(features: np.ndarray, groups: Subgroups, tau_k: int, tau_max: int, min_similarity: float,
+              meta_merge_similarity: float = 1.0, neighbours: int = 32) -> tuple[np.ndarray, dict[str, float]]:
+    """Alg. 2 (Eq. 5): ``c^B`` per row and counts (merges, rejections by the meta and the size rule)."""
+    m = groups.count
+    sums = _centroid_sums(features, groups.subgroup, m)
+    unit = unit_rows(sums)  # Eq. 5's cosine of centroids (means): the scale cancels, sums will do
+    size = groups.size.astype(np.int64).copy()
+    meta = groups.meta.copy()
+    parent = np.arange(m)
+    alive = np.ones(m, bool)
+    generation = np.zeros(m, np.int64)
+    stats = {"merges": 0, "rejected_meta": 0, "rejected_size": 0}
+    if m <= 1 or m <= tau_k:
+        return _dense(groups.subgroup), stats
+
+    def find(x: int) -> int:
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    k = min(neighbours, m - 1)
+    sims, idx = knn(unit.astype(np.float32), k)
+    candidates: list[set[int]] = [set() for _ in range(m)]
+    heap: list[tuple[float, int, int, int, int]] = []
+    rows = np.repeat(np.arange(m), k)
+    cols = idx.reshape(-1)
+    valid = cols >= 0
+    pairs = np.unique(np.sort(np.stack([rows[valid], cols[valid]], 1), axis=1), axis=0)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    pair_sims = np.einsum("ij,ij->i", unit[pairs[:, 0]], unit[pairs[:, 1]])
+    for (i, j), s in zip(pairs.tolist(), pair_sims.tolist()):
+        candidates[i].add(j)
+        candidates[j].add(i)
+        heap.append((-s, i, j, 0, 0))
+    heapq.heapify(heap)
+    active = m
+    while heap and active > tau_k:
+        neg, i, j, gi, gj = heapq.heappop(heap)
+        if not (alive[i] and alive[j]) or generation[i] != gi or generation[j] != gj:
+            continue  # a pair of groups that have changed since: its current version is in the heap
+        s = -neg
+        if s < min_similarity:
+            break  # the best remaining pair is below lambda'_min
+        if meta[i] and meta[j] and not s > meta_merge_similarity:
+            stats["rejected_meta"] += 1
+            continue  # Alg. 2 l.14: this pair is ignored from now on
+        if size[i] + size[j] > tau_max:
+            stats["rejected_size"] += 1
+            continue
+        a, b = (i, j) if i < j else (j, i)
+        sums[a] += sums[b]
+        size[a] += size[b]
+        meta[a] = meta[a] or meta[b]
+        alive[b] = False
+        parent[b] = a
+        generation[a] += 1
+        unit[a] = unit_rows(sums[a][None])[0]
+        near = {find(x) for x in candidates[a] | candidates[b]} - {a}
+        near = np.fromiter((x for x in near if alive[x]), np.int64)
+        candidates[b] = set()
+        if len(near):
+            near_sims = unit[near] @ unit[a]
+            if len(near) > neighbours:
+                top = np.argsort(-near_sims, kind="stable")[:neighbours]
+                near, near_sims = near[top], near_sims[top]
+            candidates[a] = set(near.tolist())
+            for x, sx in zip(near.tolist(), near_sims.tolist()):
+                candidates[x].add(a)
+                lo, hi = (a, x) if a < x else (x, a)
+                heapq.heappush(heap, (-sx, lo, hi, int(generation[lo]), int(generation[hi])))
+        else:
+            candidates[a] = set()
+        stats["merges"] += 1
+        active -= 1
+    roots = np.fromiter((find(x) for x in range(m)), np.int64, count=m)
+    return _dense(roots[groups.subgroup]), stats
+
+
+def top_down(features: np.ndarray, groups: Subgroups, cell_size: int, rng: np.random.Generator) -> np.ndarray:
+    """Algs. 3-4 (Eq. 6): ``c^T`` per row, the cells of the recursive bisection of the intra-class subgroups."""
+    m = groups.count
+    unit = unit_rows(_centroid_sums(features, groups.subgroup, m))  # Alg. 4 l.2: normalised centroids
+    cell_of = np.zeros(m, np.int64)
+    stack = [np.arange(m)]
+    cells = 0
+    while stack:
+        cell = stack.pop()
+        if groups.size[cell].sum() >= cell_size and len(cell) > 1:  # Alg. 3 l.2
+            metas = cell[groups.meta[cell]]
+            pool = metas if len(metas) > 1 else cell  # l.3-6: two meta clusters when there are several
+            i, j = rng.choice(pool, size=2, replace=False)
+            h = (unit[i] - unit[j]) / 2.0  # Eq. 6
+            left = unit[cell] @ h >= 0
+            left[cell == i] = True   # i is on its own side (exact arithmetic says so; rounding may not)
+            left[cell == j] = False  # A16: j goes right, so identical centroids still split
+            stack.append(cell[~left])
+            stack.append(cell[left])
+        else:
+            cell_of[cell] = cells
+            cells += 1
+    return cell_of[groups.subgroup]
+
+
+def run_sgm(features: np.ndarray, labels: np.ndarray, cfg: dict, rng: np.random.Generator,
+            top_down_labels: bool = True) -> SgmResult:
+    """One SGM pass (Algs. 1, 2 and 3-4) with the settings of ``methods.<sgps>.sgm`` (see :func:`sgm_thresholds`)."""
+    t0 = time.perf_counter()
+    features = np.ascontiguousarray(features, dtype=np.float32)
+    labels = np.asarray(labels, dtype=np.int64)
+    intra = intra_class_subgroups(features, labels, cfg["lambda_max"], cfg["lambda_min"])
+    t1 = time.perf_counter()
+    tau_k, tau_max, cell_size = sgm_sizes(cfg, len(labels), len(np.unique(labels)))
+    cb, merge_stats = bottom_up(features, intra, tau_k, tau_max, cfg["merge_min_similarity"],
+                                cfg["meta_merge_similarity"], cfg["neighbours"])
+    t2 = time.perf_counter()
+    ct = top_down(features, intra, cell_size, rng) if top_down_labels else np.zeros(len(labels), np.int64)
+    t3 = time.perf_counter()
+    stats = {"subgroups": intra.count, "meta": int(intra.meta.sum()), "bottom_up_groups": int(cb.max()) + 1,
+             "top_down_cells": int(ct.max()) + 1 if top_down_labels else 0, **merge_stats,
+             "seconds_intra": t1 - t0, "seconds_bottom_up": t2 - t1, "seconds_top_down": t3 - t2}
+    return SgmResult(intra, cb, ct, stats)
+
+
+def sgm_sizes(cfg: dict, n: int, classes: int) -> tuple[int, int, int]:
+    """``tau_k``, ``tau_max`` and ``B`` in samples/groups from their factors (A13, A14): ``tau_k`` = factor x
+    classes, ``tau_max`` and ``B`` = factor x the mean class size N / M (at least 2)."""
+    mean_class = n / max(classes, 1)
+    tau_k = max(1, int(round(cfg["tau_k_factor"] * classes)))
+    tau_max = max(2, int(round(cfg["tau_max_factor"] * mean_class)))
+    cell_size = max(2, int(round(cfg["cell_size_factor"] * mean_class)))
+    return tau_k, tau_max, cell_size

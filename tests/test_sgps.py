@@ -1,0 +1,247 @@
+"""SGPS (methods/parts/sgm.py, methods/parts/sgps.py) on small hand-made feature sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from noisydml.engine.judge import GroundTruth, score_decisions
+from noisydml.methods.base import Batch, Decisions, MethodSetup
+from noisydml.methods.parts.sgm import Subgroups, bottom_up, intra_class_subgroups, run_sgm, sgm_sizes, top_down, unit_rows
+from noisydml.methods.parts.sgps import (
+    SGM_SCHEMA, TRANSPROTO_SCHEMA, SgpsMethod, TransProto, ppm_max, ppm_mean, ppm_softmax, sgps_spec,
+)
+from noisydml.schema import ParamsError
+
+
+def _unit(*angles_deg):
+    a = np.radians(np.asarray(angles_deg, dtype=float))
+    return np.stack([np.cos(a), np.sin(a)], 1).astype(np.float32)
+
+
+# ---------------------------------------------------------------- Alg. 1
+
+
+def test_intra_class_components_outliers_and_meta_clusters():
+    # class 0: a tight trio (0, 1, 2), a pair (3, 4) far from it, an outlier (5); class 1: two rows
+    feats = _unit(0, 5, 10, 90, 95, 200, 45, 47)
+    labels = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+    g = intra_class_subgroups(feats, labels, lambda_max=0.99, lambda_min=0.9)
+    sub = g.subgroup
+    assert sub[0] == sub[1] == sub[2] and sub[3] == sub[4] and len({sub[0], sub[3], sub[5]}) == 3
+    assert sub[6] == sub[7] and sub[6] not in (sub[0], sub[3], sub[5])  # components never cross classes
+    assert g.size[sub[5]] == 1  # the outlier is a singleton subgroup, still in play
+    assert g.meta[sub[0]] and not g.meta[sub[3]] and not g.meta[sub[5]] and g.meta[sub[6]]
+    assert g.meta.sum() == 2 and np.array_equal(g.subgroup_class[sub], labels)
+    # the 1-NN link alone joins rows above lambda_min, even below lambda_max
+    g2 = intra_class_subgroups(_unit(0, 20, 40), np.zeros(3, int), lambda_max=0.99, lambda_min=0.5)
+    assert len(set(g2.subgroup)) == 1
+    with pytest.raises(ValueError, match="lambda_min"):
+        intra_class_subgroups(feats, labels, lambda_max=0.5, lambda_min=0.6)
+
+
+def test_meta_cluster_ties_take_the_lowest_subgroup_and_blocks_change_nothing():
+    feats = _unit(0, 2, 90, 92)
+    g = intra_class_subgroups(feats, np.zeros(4, int), 0.99, 0.9)
+    assert g.meta.tolist() == [True, False]
+    rng = np.random.default_rng(0)
+    many = unit_rows(rng.normal(size=(300, 8))).astype(np.float32)
+    labels = rng.integers(0, 3, 300)
+    a = intra_class_subgroups(many, labels, 0.5, 0.2)
+    b = intra_class_subgroups(many, labels, 0.5, 0.2, block_rows=7)
+    assert np.array_equal(a.subgroup, b.subgroup) and np.array_equal(a.meta, b.meta)
+
+
+# ---------------------------------------------------------------- Alg. 2
+
+
+def _groups(sizes, meta, dim=6, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(len(sizes), dim))
+    sub = np.repeat(np.arange(len(sizes)), sizes)
+    feats = unit_rows(centres[sub] + 0.3 * rng.normal(size=(len(sub), dim))).astype(np.float32)
+    return feats, Subgroups(sub, np.arange(len(sizes)), np.asarray(sizes), np.asarray(meta, bool))
+
+
+def _bottom_up_direct(feats, g, tau_k, tau_max, min_sim, meta_sim):
+    """Alg. 2 transcribed: the best pair of all (ties: lowest ids), the rules, a rejected pair ignored."""
+    sums = {i: feats[g.subgroup == i].astype(np.float64).sum(0) for i in range(g.count)}
+    size = {i: int(g.size[i]) for i in range(g.count)}
+    meta = {i: bool(g.meta[i]) for i in range(g.count)}
+    members = {i: {i} for i in range(g.count)}
+    ignored = set()
+    while len(sums) > tau_k:
+        best = None
+        for i in sorted(sums):
+            for j in sorted(sums):
+                if i < j and (i, j) not in ignored:
+                    s = float(unit_rows(sums[i][None])[0] @ unit_rows(sums[j][None])[0])
+                    if best is None or s > best[0]:
+                        best = (s, i, j)
+        if best is None or best[0] < min_sim:
+            break
+        s, i, j = best
+        if (meta[i] and meta[j] and not s > meta_sim) or size[i] + size[j] > tau_max:
+            ignored.add((i, j))
+            continue
+        sums[i] += sums.pop(j)
+        size[i] += size.pop(j)
+        meta[i] = meta[i] or meta.pop(j)
+        members[i] |= members.pop(j)
+        ignored = {(a, b) for a, b in ignored if i not in (a, b) and j not in (a, b)}
+    label = {m: root for root, ms in members.items() for m in ms}
+    return np.unique([label[s] for s in g.subgroup], return_inverse=True)[1]
+
+
+@pytest.mark.parametrize("tau_k, tau_max, min_sim", [(1, 100, -1.0), (4, 100, -1.0), (1, 9, -1.0), (1, 100, 0.3)])
+def test_bottom_up_is_alg2_exactly_with_a_full_candidate_graph(tau_k, tau_max, min_sim):
+    feats, g = _groups([3, 5, 2, 4, 1, 1, 6, 2, 3, 1], [1, 1, 0, 1, 0, 0, 0, 0, 0, 0], seed=3)
+    got, stats = bottom_up(feats, g, tau_k, tau_max, min_sim, neighbours=g.count - 1)
+    want = _bottom_up_direct(feats, g, tau_k, tau_max, min_sim, 1.0)
+    assert np.array_equal(got, want)
+    assert stats["rejected_meta"] > 0 or tau_k > 1
+
+
+def test_bottom_up_rules_meta_never_merge_size_bound_and_stop_count():
+    feats, g = _groups([4, 4, 1, 1, 1, 2, 3], [1, 1, 0, 0, 0, 0, 0], seed=1)
+    cb, _ = bottom_up(feats, g, tau_k=1, tau_max=6, min_similarity=-1.0, neighbours=g.count - 1)
+    roots = {}
+    for sub, lab in zip(g.subgroup, cb):
+        roots.setdefault(lab, set()).add(sub)
+    for subs in roots.values():
+        assert sum(g.meta[list(subs)]) <= 1  # two meta clusters never share a group (A9: a merge inherits meta)
+        if len(subs) > 1:
+            assert g.size[list(subs)].sum() <= 6  # no merge beyond tau_max
+    big, _ = _groups([9, 1, 1], [0, 0, 0])
+    assert bottom_up(big, _groups([9, 1, 1], [0, 0, 0])[1], 1, 5, -1.0, neighbours=2)[0].tolist()[:9] == [0] * 9  # an initial subgroup above tau_max stays
+    cb4, _ = bottom_up(feats, g, tau_k=5, tau_max=100, min_similarity=-1.0, meta_merge_similarity=-1.0)
+    assert len(np.unique(cb4)) == 5  # stops at tau_k groups, not below (A11)
+    cb_all, _ = bottom_up(feats, g, tau_k=1, tau_max=100, min_similarity=-1.0, meta_merge_similarity=-1.0)
+    assert len(np.unique(cb_all)) == 1  # lambda'_max below every similarity lets meta clusters merge
+
+
+# ---------------------------------------------------------------- Algs. 3-4
+
+
+def test_top_down_cells_follow_the_b_rule_and_terminate_on_identical_centroids():
+    feats, g = _groups([5, 1, 2, 7, 3, 1, 4, 2], [1, 0, 0, 1, 0, 0, 1, 0], seed=2)
+    for cell_size in (2, 4, 8, 100):
+        ct = top_down(feats, g, cell_size, np.random.default_rng(0))
+        assert len(ct) == len(feats)
+        for cell in np.unique(ct):
+            subs = np.unique(g.subgroup[ct == cell])
+            assert (ct == cell).sum() < cell_size or len(subs) == 1  # a single subgroup may exceed B
+            assert np.all(np.isin(g.subgroup[np.isin(g.subgroup, subs)], subs))  # subgroups are never split
+        assert np.array_equal(ct, top_down(feats, g, cell_size, np.random.default_rng(0)))  # seeded
+    same = np.tile(_unit(10), (6, 1))
+    gs = Subgroups(np.arange(6), np.arange(6), np.ones(6, int), np.zeros(6, bool))
+    assert len(np.unique(top_down(same, gs, 2, np.random.default_rng(0)))) == 6  # A16: still terminates
+
+
+def test_every_row_gets_one_bottom_up_and_one_top_down_label():
+    rng = np.random.default_rng(4)
+    feats = unit_rows(rng.normal(size=(120, 8))).astype(np.float32)
+    labels = rng.integers(0, 6, 120)
+    cfg = {k: f.default for k, f in SGM_SCHEMA.items()} | {"lambda_max": 0.5, "lambda_min": 0.1}
+    r = run_sgm(feats, labels, cfg, np.random.default_rng(0))
+    for lab in (r.bottom_up, r.top_down):
+        assert lab.shape == (120,) and lab.min() == 0 and np.array_equal(np.unique(lab), np.arange(lab.max() + 1))
+    assert sgm_sizes(cfg, 120, 6) == (6, 40, 40)
+
+
+# ---------------------------------------------------------------- PPM and L_noise
+
+
+def test_prototypes_match_their_formulas():
+    g = torch.Generator().manual_seed(0)
+    pos = F.normalize(torch.randn(3, 4, 8, generator=g), dim=2)
+    anchors = F.normalize(torch.randn(3, 8, generator=g), dim=1)
+    assert torch.allclose(ppm_mean(pos), F.normalize(pos.mean(1), dim=1))
+    for a in range(3):
+        best = int(torch.argmax(pos[a] @ anchors[a]))
+        assert torch.allclose(ppm_max(pos, anchors)[a], pos[a, best])
+        corr = pos[a] @ pos[a].T - torch.eye(4)
+        w = torch.softmax(corr @ torch.ones(4) / 4, dim=0)
+        assert torch.allclose(ppm_softmax(pos)[a], F.normalize(w @ pos[a], dim=0), atol=1e-6)
+    tp = TransProto(8, layers=3, heads=4, ffn_factor=2)
+    cond = F.normalize(torch.randn(3, 5, 8, generator=g), dim=2)
+    assert torch.allclose(tp(pos, cond), ppm_mean(pos), atol=1e-6)  # zeroed residual branches: the normalised Mean
+    with pytest.raises(ParamsError, match="heads"):
+        TransProto(10, 3, 4, 2)
+
+
+def _method(n=12, dim=4, **hp):
+    spec = sgps_spec("mcl", "test")
+    params = {"memory_size": 16, "noise_rate": 0.5, "window": 1, "sgm": {}, "transproto": {}, **hp}
+    hparams = spec.check(params, "methods.sgps")
+    labels = np.repeat(np.arange(3), n // 3)
+    return SgpsMethod(MethodSetup(hparams, 3, dim, n, labels, seed=0), "mcl"), labels
+
+
+def test_l_noise_matches_a_direct_computation_of_eqs_13_to_16():
+    m, labels = _method(gamma_batch=1.0, gamma_bank=0.5, temperature=0.1, margin=0.2, ppm="mean")
+    g = torch.Generator().manual_seed(1)
+    m.bank.copy_(F.normalize(torch.randn(12, 4, generator=g), dim=1))
+    m.bottom_up_labels.copy_(torch.tensor([0, 0, 1, 1, 2, 2, 0, 3, 3, 4, 4, 4]))
+    m.top_down_labels.copy_(torch.tensor([0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0]))
+    m.sgm_round.fill_(1)
+    m._set_pools()
+    mem = F.normalize(torch.randn(5, 4, generator=g), dim=1)
+    m.memory.enqueue(mem, torch.tensor([0, 1, 2, 2, 1]), torch.tensor([0, 4, 8, 9, 5]))
+    index = torch.tensor([0, 3, 6, 9])
+    emb = F.normalize(torch.randn(4, 4, generator=g), dim=1).requires_grad_(True)
+    batch = Batch(emb, emb, torch.as_tensor(labels[index.numpy()]), index, index, step=7, epoch=0)
+    keep = torch.tensor([True, False, True, False])
+    value, logs = m.noise_loss(batch, keep)
+    pos, _ = m.draw_positives(np.array([3, 9]), 7)
+    cb, ct = m.bottom_up_labels.numpy(), m.top_down_labels.numpy()
+    total_batch, total_bank = 0.0, 0.0
+    for a, r in zip([1, 3], [3, 9]):
+        z = emb[a].detach()
+        pool = set(np.flatnonzero((cb == cb[r]) | (ct == ct[r])).tolist()) - {r}
+        assert set(pos[[1, 3].index(a)].tolist()) <= pool
+        proto = F.normalize(torch.stack([m.bank[j] for j in pos[[1, 3].index(a)]]).mean(0), dim=0)
+        p = (float(z @ proto) - 0.2) / 0.1
+        negs = [float(z @ emb[j].detach()) / 0.1 for j, rj in enumerate(index.tolist())
+                if labels[rj] != labels[r] and cb[rj] != cb[r] and ct[rj] != ct[r]]
+        total_batch += -p + np.log(np.exp(p) + sum(np.exp(v) for v in negs))
+        mem_rows, mem_labels = [0, 4, 8, 9, 5], [0, 1, 2, 2, 1]
+        negs = [float(z @ mem[j]) / 0.1 for j, (rj, lj) in enumerate(zip(mem_rows, mem_labels))
+                if lj != labels[r] and cb[rj] != cb[r] and ct[rj] != ct[r]]
+        total_bank += -p + np.log(np.exp(p) + sum(np.exp(v) for v in negs))
+    assert value.item() == pytest.approx(total_batch / 2 + 0.5 * total_bank / 2, rel=1e-5)
+    assert logs["sgps_anchor_fraction"] == 0.5 and logs["sgps_anchors_with_positives"] == 1.0
+    value.backward()
+    assert emb.grad is not None and emb.grad[1].abs().sum() > 0
+
+
+def test_feature_bank_momentum_weights_the_new_feature():
+    m, labels = _method(bank_momentum=0.9)
+    old = F.normalize(torch.tensor([[1.0, 0, 0, 0]]), dim=1)
+    new = torch.tensor([[0.0, 1, 0, 0]])
+    m.bank[2] = old[0]
+    m._update_bank(Batch(new, new, torch.tensor([0]), torch.tensor([2]), torch.tensor([2]), 0, 0))
+    assert torch.allclose(m.bank[2], F.normalize(torch.tensor([0.1, 0.9, 0, 0]), dim=0))
+
+
+def test_the_judge_scores_groups_and_positives_against_the_truth():
+    truth = GroundTruth(np.array([0, 0, 1, 0, 1, 0], bool), np.array([0, 0, 0, 1, 1, 1]), np.ones(6, bool))
+    groups = {"bottom_up": np.array([0, 0, 0, 1, 1, 2])}
+    positives = np.array([[-1, -1], [-1, -1], [0, 3], [-1, -1], [3, 5], [-1, -1]])
+    s = score_decisions(Decisions(groups=groups, positives=positives), truth)
+    assert s["diag_groups_bottom_up"] == 3 and s["diag_purity_bottom_up"] == pytest.approx(6 / 6)
+    assert s["diag_pool_true_positive"] == 1.0 and s["diag_pool_nonempty"] == 1.0
+    assert s["diag_positive_precision"] == pytest.approx(3 / 4) and s["diag_anchor_true_positive"] == 1.0
+
+
+def test_params_are_checked_across_keys():
+    spec = sgps_spec("mcl", "test")
+    with pytest.raises(ParamsError, match="lambda_min"):
+        spec.check({"sgm": {"lambda_max": 0.5, "lambda_min": 0.6}}, "methods.sgps")
+    with pytest.raises(ParamsError, match="noise_rate"):
+        spec.check({"noise_rate": 0.0}, "methods.sgps")
+    with pytest.raises(ParamsError, match="ppm"):
+        spec.check({"ppm": "median"}, "methods.sgps")
+    assert set(spec.check({}, "x")["transproto"]) == set(TRANSPROTO_SCHEMA)
