@@ -29,6 +29,42 @@ def tiny_params(raw):
     return raw
 
 
+def run_command(cmd, cwd, env, timeout=900):
+    """Run ``cmd``; fail the test with the end of its output unless it exits 0. Returns stdout."""
+    import subprocess
+
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def dvc_repo(root, raw):
+    """A temporary git + DVC repository at ``root`` with this repository's pipeline and code and ``raw`` as its
+    params.yaml, after one `dvc repro`: ``(env, repro output)``. Stages run this interpreter."""
+    import os
+    import shutil
+    import sys
+
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy(REPO / name, root / name)
+    for name in ("stages", "plot_templates", "timing"):  # timing/: the report's dependency
+        shutil.copytree(REPO / name, root / name)
+    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    # Stages run `python`: make it this interpreter, whatever PATH says.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "test"
+    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@example.com"
+    run_command(["git", "init", "-q"], root, env)
+    run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    run_command([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root, env)
+    run_command(["git", "add", "-A"], root, env)
+    run_command(["git", "commit", "-qm", "init"], root, env)
+    return env, run_command([sys.executable, "-m", "dvc", "repro"], root, env)
+
+
 def batch_of(embeddings, labels, step=0, index=None, epoch=0, features=None):
     """A :class:`~noisydml.methods.base.Batch` for calling ``Method.loss`` directly in tests."""
     import torch

@@ -6,37 +6,26 @@ MLflow holds one finished run per trained model.
 """
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, tiny_params
+from conftest import REPO, dvc_repo, run_command, tiny_params
 
 pytestmark = pytest.mark.e2e
 
 NOISES = ("clean", "sym50", "sc25", "scrun")  # grid.noises, then grid.run_noises
 
 
-def _run(cmd, cwd, env):
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return proc.stdout
+_run = run_command
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
-    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
-        shutil.copy(REPO / name, root / name)
-    for name in ("stages", "plot_templates"):
-        shutil.copytree(REPO / name, root / name)
-    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     with open(REPO / "params.yaml") as f:
         raw = tiny_params(yaml.safe_load(f))
     raw["grid"].update(noises=["clean", "sym50", "sc25"], methods=["ms", "prism"], seeds=[0], run_noises=["scrun"])
@@ -64,19 +53,7 @@ def repo(tmp_path_factory):
     raw["timing"]["entries"] = {"mcl": {"label": "MCL", "method": "mcl"},
                                 "prism_eq3": {"label": "PRISM without centres", "method": "prism",
                                               "hparams": {"centres": False}}}
-    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = dict(os.environ)
-    env.pop("MLFLOW_TRACKING_URI", None)
-    # Stages run `python`: make it this interpreter, whatever PATH says.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "test"
-    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@example.com"
-    _run(["git", "init", "-q"], root, env)
-    _run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
-    _run([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "init"], root, env)
-    out = _run([sys.executable, "-m", "dvc", "repro"], root, env)
+    env, out = dvc_repo(root, raw)
     return root, env, out
 
 

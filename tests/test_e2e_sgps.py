@@ -1,35 +1,23 @@
 """SGPS end to end: `dvc repro` of a grid sgps run, its posterior data clean chain (stage 2 on the exported c^B as
 cluster labels, stage 3 from stage 2's weights) and one ablation variant, in a temporary repository."""
 
-import os
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, tiny_params
+from conftest import REPO, dvc_repo, run_command, tiny_params
 
 pytestmark = pytest.mark.e2e
 
-
-def _run(cmd, cwd, env):
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return proc.stdout
+_run = run_command
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e_sgps")
-    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
-        shutil.copy(REPO / name, root / name)
-    for name in ("stages", "plot_templates", "timing"):  # timing/: the report's dependency (empty: no entries)
-        shutil.copytree(REPO / name, root / name)
-    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     raw = tiny_params(yaml.safe_load((REPO / "params.yaml").read_text()))
     raw["grid"].update(noises=["sym50"], methods=["sgps"], seeds=[0], run_noises=[])
     raw["train"].update(pretrained="none", epochs=2, batch={"classes": 2, "per_class": 2})
@@ -39,18 +27,7 @@ def repo(tmp_path_factory):
     raw["figures"]["sgps_ablations"].update(train=["mean"], seeds=[0])
     raw["chains"] = {k: v for k, v in raw["chains"].items() if k.startswith("sgps_posterior")}
     raw["chains"]["sgps_posterior_stage2"]["train"] = {"validation_classes": 1, "model_selection": "best_validation"}
-    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = dict(os.environ)
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "test"
-    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@example.com"
-    _run(["git", "init", "-q"], root, env)
-    _run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
-    _run([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "init"], root, env)
-    out = _run([sys.executable, "-m", "dvc", "repro"], root, env)
+    env, out = dvc_repo(root, raw)
     return root, env, out
 
 
@@ -60,8 +37,6 @@ def test_posterior_chain_runs_in_order_and_reports_each_stage(repo):
              ("train@glyphs-sym50-sgps-0", "train_chain@sgps_posterior_stage2", "train_chain@sgps_posterior")]
     assert order == sorted(order)
     runs = root / "runs" / "glyphs" / "sym50"
-    import numpy as np
-
     exports = np.load(runs / "sgps" / "seed0" / "exports.npz")
     assert {"bottom_up_label", "bottom_up_keep", "keep"} <= set(exports)
     stage2 = yaml.safe_load((runs / "sgps_posterior_stage2" / "seed0" / "run.json").read_text())
