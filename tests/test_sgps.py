@@ -234,6 +234,10 @@ def test_the_judge_scores_groups_and_positives_against_the_truth():
     assert s["diag_groups_bottom_up"] == 3 and s["diag_purity_bottom_up"] == pytest.approx(6 / 6)
     assert s["diag_pool_true_positive"] == 1.0 and s["diag_pool_nonempty"] == 1.0
     assert s["diag_positive_precision"] == pytest.approx(3 / 4) and s["diag_anchor_true_positive"] == 1.0
+    # open-set noise: a noisy row of a dissolved class (true label -1) has no true positive to find
+    open_set = GroundTruth(truth.is_noisy, np.array([0, 0, -1, 1, -1, 1]), truth.known)
+    s = score_decisions(Decisions(groups=groups), open_set)
+    assert "diag_pool_true_positive" not in s and s["diag_purity_bottom_up"] == 1.0
 
 
 def test_params_are_checked_across_keys():

@@ -100,9 +100,11 @@ def _score_groups(groups: dict[str, np.ndarray], truth: GroundTruth, noisy: np.n
         all_rows = np.arange(len(labels))
         has_true[all_rows] |= _mates_of_class(labels, truth.true_label, all_rows) > 0
         nonempty |= np.bincount(labels)[labels] > 1
-    if noisy.any():
-        out["diag_pool_true_positive"] = float(has_true[noisy].mean())
-        out["diag_pool_nonempty"] = float(nonempty[noisy].mean())
+    # truly noisy rows whose true class is trained on (open-set noise: a dissolved class has no true positive)
+    scorable = noisy & (truth.true_label >= 0)
+    if scorable.any():
+        out["diag_pool_true_positive"] = float(has_true[scorable].mean())
+        out["diag_pool_nonempty"] = float(nonempty[scorable].mean())
     return out
 
 

@@ -123,7 +123,7 @@ class Decisions:
     - ``groups``: labellings of the rows into groups (e.g. SGPS's subgroups), by name; a row's positive
       candidates are its mates in any of them -> ``diag_groups_<name>`` (count), ``diag_purity_<name>``
       (rows sharing their group's majority true class), ``diag_pool_true_positive`` / ``diag_pool_nonempty``
-      (truly noisy rows whose candidates hold a row of their true class / any row).
+      (truly noisy rows of a trained class whose candidates hold a row of their true class / any row).
     - ``positives``: (rows, K) positives drawn for a row this epoch (-1 = none) ->
       ``diag_positive_precision`` (drawn positives of the anchor's true class) and ``diag_anchor_true_positive``
       (anchors with at least one).

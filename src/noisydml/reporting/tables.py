@@ -365,7 +365,7 @@ SGPS_TABLE2 = {
 }
 
 
-def sgps_table(summary: pd.DataFrame, kind: str, paper: dict) -> list[str]:
+def sgps_table(summary: pd.DataFrame, kind: str, paper: dict, title: str) -> list[str]:
     """SGPS's Table I (``symmetric``) or Table II (``small_cluster``) layout: rows = methods, per noise rate our
     P@1 (mean ± sample SD over seeds) beside the paper's CARS / SOP / CUB."""
     rows = summary[summary["noise_kind"] == kind].sort_values("noise_rate", kind="stable")
@@ -375,7 +375,7 @@ def sgps_table(summary: pd.DataFrame, kind: str, paper: dict) -> list[str]:
     out = []
     for dataset, group in rows.groupby("dataset", sort=False):
         header = " | ".join(f"{100 * r:g}%: ours | paper CARS / SOP / CUB" for r in rates)
-        out += [f"**{dataset}** (P@1 %)", "", f"| method | {header} |", "|" + "---|" * (2 * len(rates) + 1)]
+        out += [f"**{title}, {dataset}** (P@1 %)", "", f"| method | {header} |", "|" + "---|" * (2 * len(rates) + 1)]
         for method in dict.fromkeys(group["method"]):
             cells = []
             for rate in rates:
@@ -391,8 +391,8 @@ def sgps_table(summary: pd.DataFrame, kind: str, paper: dict) -> list[str]:
 #: Final-epoch SGPS diagnostics (the trainer's, from ground truth the method never sees).
 SGPS_DIAGNOSTICS = {
     "final_diag_purity_bottom_up": "c^B purity", "final_diag_purity_top_down": "c^T purity",
-    "final_diag_pool_true_positive": "noisy: a true positive among candidates",
-    "final_diag_pool_nonempty": "noisy: any candidate",
+    "final_diag_pool_true_positive": "noisy (closed-set): a true positive among candidates",
+    "final_diag_pool_nonempty": "noisy (closed-set): any candidate",
     "final_diag_anchor_true_positive": "anchors: a true positive drawn",
     "final_diag_positive_precision": "drawn positives of the true class",
 }
@@ -559,8 +559,8 @@ def write_report(params: dict, layout) -> Path:
            "![MAW, SDAW and Recall@1 over (mu, lambda)](bspml_cells.png)", ""]
     sgps_diag = sgps_diagnostics(per_seed)
     posterior = posterior_table(params, per_seed)
-    table_i = sgps_table(summary, "symmetric", SGPS_TABLE1)
-    table_ii = sgps_table(summary, "small_cluster", SGPS_TABLE2)
+    table_i = sgps_table(summary, "symmetric", SGPS_TABLE1, "Table I (symmetric noise)")
+    table_ii = sgps_table(summary, "small_cluster", SGPS_TABLE2, "Table II (small-cluster noise)")
     md += ["## SGPS", "",
            "Subgroups and positives at the final epoch (the trainer's scores from ground truth the method never "
            "sees; mean over seeds): purity of the subgroup labellings, the share of truly noisy samples whose "
