@@ -6,6 +6,9 @@
     # a method's hyper-parameters: each candidate is a comma-separated list of assignments
     python scripts/tune_on_validation.py --noise sympc20 --workdir /tmp/tune_bspml --set 'grid.methods=[bspml]' \
         --candidates methods.bspml.lambda_inf=3.3,methods.bspml.lambda_0=2.7 methods.bspml.lambda_inf=3.6
+    # a chained run (trained after its upstream, per seed), scored alone
+    python scripts/tune_on_validation.py --noise sym50 --workdir /tmp/tune_spa --set 'grid.methods=[spa_confidence]' \
+        --chains smooth_proxy_anchor_clean --score smooth_proxy_anchor --candidates methods.spa_smooth_loss.tau=0.2
 
 Every method of params.yaml's ``grid.methods`` (or ``--set grid.methods=[...]``) trains on ``--noise``'s
 labels of the grid's first dataset with ``train.validation_classes`` training classes held out (by noisy
@@ -45,13 +48,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--set", action="append", default=[], help="key.path=value (YAML), applied before tuning")
+    parser.add_argument("--chains", nargs="+", default=[],
+                        help="keys of params.yaml's chains to train too (after their upstreams; on --noise, per seed)")
+    parser.add_argument("--score", nargs="+", default=[],
+                        help="run names the choice is scored on (default: every method and chain trained)")
     args = parser.parse_args()
 
     raw = yaml.safe_load(Path(args.params).read_text())
     for assignment in args.set:
         _set(raw, assignment)
     raw["train"].update(validation_classes=args.validation_classes, model_selection="last")
-    raw["chains"] = {}
+    missing = [key for key in args.chains if key not in raw["chains"]]
+    if missing:
+        parser.error(f"--chains: {missing} not in params.yaml's chains ({', '.join(raw['chains'])})")
+    raw["grid"]["seeds"] = list(args.seeds)
+    raw["grid"]["noises"] = [args.noise]
+    raw["chains"] = {f"{key}_seed{seed}": {**raw["chains"][key], "noise": args.noise, "seed": seed}
+                     for key in args.chains for seed in args.seeds}
     raw["timing"]["entries"] = {}
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{args.workdir.resolve() / 'mlflow.db'}")
@@ -61,7 +74,7 @@ def main() -> None:
     from noisydml.pipeline.layout import Layout
     from noisydml.pipeline.prepare import prepare
     from noisydml.pipeline.pretrain import pretrain
-    from noisydml.pipeline.train import train
+    from noisydml.pipeline.train import train, train_chain
 
     base = validate_all(raw)
     dataset = base["grid"]["datasets"][0]
@@ -97,7 +110,16 @@ def main() -> None:
                 last = pd.read_csv(run / "history.csv").iloc[-1]
                 rows.append({"candidate": candidate, "method": method, "seed": seed,
                              "val_p_at_1": last["val_precision_at_1"], "test_p_at_1 (not used)": last["test_precision_at_1"]})
+        for key, chain in params["chains"].items():
+            run = layout.run(dataset, args.noise, chain["name"], chain["seed"])
+            if not (run / "history.csv").exists():
+                train_chain(params, key, layout)
+            last = pd.read_csv(run / "history.csv").iloc[-1]
+            rows.append({"candidate": candidate, "method": chain["name"], "seed": chain["seed"],
+                         "val_p_at_1": last["val_precision_at_1"], "test_p_at_1 (not used)": last["test_precision_at_1"]})
     table = pd.DataFrame(rows)
+    if args.score:
+        table = table[table["method"].isin(args.score)]
     pd.set_option("display.width", 200)
     print(table.pivot_table(index="method", columns="candidate", values="val_p_at_1").round(4).to_string())
     score = table.groupby("candidate")[["val_p_at_1", "test_p_at_1 (not used)"]].mean().round(4)

@@ -14,7 +14,11 @@ PARAMS = check_all(load_params("params.yaml"))
 
 def _setup(name, num_classes=4):
     labels = np.repeat(np.arange(num_classes), 8)
-    return MethodSetup(PARAMS["methods"][name], num_classes, 16, len(labels), labels, seed=0)
+    # what a chained smooth_proxy_anchor run gets from its phase 1: certain of the given labels
+    inputs = {"confidence_classes": labels[:, None], "confidence_values": np.ones((len(labels), 1), np.float32),
+              "confidence_label": labels}
+    return MethodSetup(PARAMS["methods"][name], num_classes, 16, len(labels), labels, seed=0, feature_dim=16,
+                       inputs=inputs)
 
 
 @pytest.mark.parametrize("step", [0, 100_000], ids=["first-step", "past-every-warm-up"])
@@ -24,14 +28,18 @@ def test_every_method_gives_a_finite_differentiable_loss(name, step):
     torch.manual_seed(0)
     method = build_method(name, _setup(name))
     labels = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3])
+    # spa_confidence (Smooth Proxy-Anchor's phase 1) trains a confidence module on the backbone features only
+    on_features = name == "spa_confidence"
     for i in range(3):  # a few batches, so cross-batch memories hold earlier ones
         emb = torch.nn.functional.normalize(torch.randn(16, 16) + torch.eye(16)[labels] * 2, dim=1).requires_grad_()
-        loss, logs = method.loss(batch_of(emb, labels, step=step + i))
+        features = emb.detach().clone().requires_grad_() if on_features else None
+        loss, logs = method.loss(batch_of(emb, labels, step=step + i, features=features))
         assert loss.ndim == 0 and torch.isfinite(loss)
         loss.backward()
-        assert emb.grad is not None and torch.isfinite(emb.grad).all()
+        grad = features.grad if on_features else emb.grad
+        assert grad is not None and torch.isfinite(grad).all()
         assert isinstance(logs, dict)
-    assert emb.grad.abs().sum() > 0, "the loss must depend on the embeddings"
+    assert grad.abs().sum() > 0, "the loss must depend on the embeddings (phase 1: on the features)"
 
 
 @pytest.mark.parametrize("name", ["proxy_anchor", "softtriple", "proxynca", "normalized_softmax", "margin"])

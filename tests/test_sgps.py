@@ -249,3 +249,19 @@ def test_params_are_checked_across_keys():
     with pytest.raises(ParamsError, match="ppm"):
         spec.check({"ppm": "median"}, "methods.sgps")
     assert set(spec.check({}, "x")["transproto"]) == set(TRANSPROTO_SCHEMA)
+
+
+def test_group_majorities_match_a_crosstab_without_building_one():
+    import pandas as pd
+
+    from noisydml.engine.judge import group_majorities
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(1, 200))
+        groups, classes = rng.integers(0, 30, n), rng.integers(-1, 8, n)
+        majority, count = group_majorities(groups, classes, num_groups=32)
+        table = pd.crosstab(groups, classes)
+        for g in range(32):
+            expected = (table.loc[g].idxmax(), table.loc[g].max()) if g in table.index else (-1, 0)
+            assert (majority[g], count[g]) == expected  # ties: the lowest class

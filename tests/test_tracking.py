@@ -92,3 +92,28 @@ def test_tracker_failure_never_stops_training(tmp_path, monkeypatch, capsys):
     assert tracker.run_id is None
     tracker.end()
     assert "warning: MLflow start failed" in capsys.readouterr().out
+
+
+def test_the_tracker_thread_never_writes_the_environment(tmp_path, monkeypatch):
+    """glibc's setenv in the worker racing getenv in the training thread crashed a stage (SIGSEGV in libc)."""
+    import os
+    import threading
+
+    from noisydml.tracking import MlflowTracker
+
+    writes = []
+    put, unset = os.putenv, os.unsetenv
+    monkeypatch.setattr(os, "putenv", lambda k, v: (writes.append((k, threading.current_thread().name)), put(k, v)))
+    monkeypatch.setattr(os, "unsetenv", lambda k: (writes.append((k, threading.current_thread().name)), unset(k)))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "note.txt").write_text("x")
+    tracker = MlflowTracker("exp", "run", params={"a": 1}, tags={"t": "1"})
+    tracker.start()
+    tracker.log_metrics({"loss": 1.0}, step=1)
+    tracker.log_artifact(tmp_path / "note.txt")
+    assert tracker.run_id is not None
+    tracker.end()
+    assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"  # set in the main thread, before the worker
+    assert [w for w in writes if w[1] != "MainThread"] == []

@@ -138,6 +138,15 @@ class MlflowTracker:
         return self._run_id
 
     def start(self, run_id: str | None = None) -> None:
+        # The worker must never write the process environment: glibc's setenv racing the training thread's
+        # getenv crashed a train stage (SIGSEGV in libc). MLflow writes it while it loads (its telemetry
+        # session id; imports such as OPENBLAS_MAIN_FREE) and in set_tracking_uri. So MLflow is loaded here, in
+        # the main thread, before training starts (0.7 s), its telemetry (a background thread that writes the
+        # environment, and network calls) is off unless the user turns it on, and the worker hands the URI to
+        # its client.
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        import mlflow  # noqa: F401
+
         self._thread = threading.Thread(target=self._work, args=(run_id,), name="mlflow-tracker", daemon=True)
         self._thread.start()
 
@@ -164,7 +173,6 @@ class MlflowTracker:
         try:
             import mlflow
 
-            mlflow.set_tracking_uri(tracking_uri())
             client = mlflow.MlflowClient(tracking_uri())
             self._run_id = self._open(client, resume_id)
         except Exception as e:  # noqa: BLE001 - tracking must never stop a stage

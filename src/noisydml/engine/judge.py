@@ -37,6 +37,17 @@ def _mean(values: np.ndarray, mask: np.ndarray, weights: np.ndarray | None = Non
     return float((values[ok] * w[ok]).sum() / total) if total > 0 else None
 
 
+def _auroc(score: np.ndarray, positive: np.ndarray, negative: np.ndarray) -> float | None:
+    """Area under the ROC curve of ``score`` separating ``positive`` from ``negative`` rows (0.5 = chance)."""
+    pos, neg = positive & np.isfinite(score), negative & np.isfinite(score)
+    if not pos.any() or not neg.any():
+        return None
+    from sklearn.metrics import roc_auc_score  # here: the import costs every train process ~1 s otherwise
+
+    rows = pos | neg
+    return float(roc_auc_score(pos[rows], score[rows]))
+
+
 def score_decisions(decisions: Decisions | None, truth: GroundTruth) -> dict[str, float]:
     """``diag_*`` scores of one epoch's decisions (empty when the method decides nothing)."""
     if decisions is None:
@@ -55,6 +66,11 @@ def score_decisions(decisions: Decisions | None, truth: GroundTruth) -> dict[str
         out["diag_kept_fraction"] = float(kept.sum() / seen_visits.sum()) if seen_visits.sum() else None
         out["diag_selection_precision"] = float(kept_clean / kept_known) if kept_known else None
         out["diag_selection_recall"] = float(kept_clean / seen_visits[clean].sum()) if seen_visits[clean].sum() else None
+        # the same decisions read as a noise detector: "flagged" = not kept
+        flagged = seen_visits - kept
+        flagged_known, flagged_noisy = flagged[known].sum(), flagged[noisy].sum()
+        out["diag_flag_precision"] = float(flagged_noisy / flagged_known) if flagged_known and noisy.any() else None
+        out["diag_flag_recall"] = float(flagged_noisy / seen_visits[noisy].sum()) if seen_visits[noisy].sum() else None
     if decisions.weights is not None:
         w = np.asarray(decisions.weights, dtype=float)
         out["diag_weight_clean"] = _mean(w, clean)
@@ -63,6 +79,7 @@ def score_decisions(decisions: Decisions | None, truth: GroundTruth) -> dict[str
         c = np.asarray(decisions.confidence, dtype=float)
         out["diag_confidence_clean"] = _mean(c, clean)
         out["diag_confidence_noisy"] = _mean(c, noisy)
+        out["diag_confidence_auroc"] = _auroc(c, clean, noisy)
     if decisions.pseudo_labels is not None:
         pl = np.asarray(decisions.pseudo_labels)
         has = known & (pl >= 0)
@@ -73,6 +90,25 @@ def score_decisions(decisions: Decisions | None, truth: GroundTruth) -> dict[str
     if decisions.positives is not None:
         out.update(_score_positives(np.asarray(decisions.positives), truth))
     return {k: v for k, v in out.items() if v is not None}
+
+
+def group_majorities(groups: np.ndarray, classes: np.ndarray, num_groups: int | None = None):
+    """For group ids ``0..num_groups-1`` (default: up to the largest id): each group's majority class (ties: the
+    lowest class id; -1 for a group with no row) and its number of rows. Pairs are counted sparsely, never as a
+    groups x classes matrix (SOP has tens of thousands of both)."""
+    groups, classes = np.asarray(groups, np.int64), np.asarray(classes, np.int64)
+    n = int(groups.max(initial=-1)) + 1 if num_groups is None else num_groups
+    majority, count = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    if not len(groups):
+        return majority, count
+    low = int(classes.min())
+    width = int(classes.max()) - low + 1
+    pairs, counts = np.unique(groups * width + (classes - low), return_counts=True)
+    group, cls = pairs // width, pairs % width + low
+    order = np.lexsort((cls, -counts, group))  # within a group: the largest count first, then the lowest class
+    first = order[np.r_[True, group[order][1:] != group[order][:-1]]]
+    majority[group[first]], count[group[first]] = cls[first], counts[first]
+    return majority, count
 
 
 def _mates_of_class(groups: np.ndarray, true_label: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -91,12 +127,8 @@ def _score_groups(groups: dict[str, np.ndarray], truth: GroundTruth, noisy: np.n
         out[f"diag_groups_{name}"] = float(len(np.unique(labels)))
         if len(rows):
             # purity: the share of rows in their group's majority true class (rows of known true class)
-            pair = labels[rows] * (int(truth.true_label.max()) + 1) + truth.true_label[rows]
-            _, pair_counts = np.unique(pair, return_counts=True)
-            pair_groups = np.unique(pair) // (int(truth.true_label.max()) + 1)
-            majority = np.zeros(int(labels.max()) + 1, np.int64)
-            np.maximum.at(majority, pair_groups, pair_counts)
-            out[f"diag_purity_{name}"] = float(majority.sum() / len(rows))
+            _, majority_rows = group_majorities(labels[rows], truth.true_label[rows])
+            out[f"diag_purity_{name}"] = float(majority_rows.sum() / len(rows))
         all_rows = np.arange(len(labels))
         has_true[all_rows] |= _mates_of_class(labels, truth.true_label, all_rows) > 0
         nonempty |= np.bincount(labels)[labels] > 1

@@ -166,10 +166,11 @@ def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[in
 
 
 def build_optimizer(model: torch.nn.Module, method, opt_cfg: dict) -> torch.optim.Optimizer:
-    """The backbone at the base lr, the embedding head at ``head_lr_factor`` x lr (ours), then the method's own
-    groups (:meth:`Method.param_groups`). With a factor of 1 the model stays one group, as before the factor
-    existed, so checkpoints keep their layout."""
-    head_factor = opt_cfg["head_lr_factor"]
+    """The backbone at the base lr, the embedding head at ``head_lr_factor`` x the method's
+    :meth:`~noisydml.methods.base.Method.head_lr_factor` x lr (both ours), then the method's own groups
+    (:meth:`Method.param_groups`). With a factor of 1 the model stays one group, as before the factor existed,
+    so checkpoints keep their layout."""
+    head_factor = opt_cfg["head_lr_factor"] * method.head_lr_factor()
     if head_factor == 1.0 or not hasattr(model, "head"):
         groups = [{"params": list(model.parameters()), "lr": opt_cfg["lr"]}]
     else:
@@ -215,14 +216,16 @@ def epoch_batches(labels: np.ndarray, per_class: int, batch_size: int, seed: int
 def embed(model: torch.nn.Module, images: torch.Tensor, device: torch.device, batch_size: int = 512,
           features: bool = False):
     """Embeddings (and with ``features`` the backbone features) of ``images``, eval mode, on the CPU."""
-    was_training = model.training
+    # each module's own mode comes back (a frozen batch-norm stays in eval mode inside a training epoch)
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     embs, feats = [], []
     for i in range(0, len(images), batch_size):
         e, f = model.forward_with_features(images[i : i + batch_size].to(device))
         embs.append(e.cpu())
         feats.append(f.cpu())
-    model.train(was_training)
+    for module, mode in modes:
+        module.training = mode
     emb = torch.cat(embs) if embs else torch.empty(0)
     if not features:
         return emb

@@ -46,5 +46,13 @@ def check_method(params: dict, name: str, where: str | None = None) -> dict:
     return params["methods"][name]
 
 
+def check_frozen_backbone(hparams: dict, train: dict, where: str) -> None:
+    """A method that freezes the backbone (``freeze_backbone: true``) needs a pretrained one: a frozen random
+    backbone makes its features, and the run, meaningless."""
+    if hparams.get("freeze_backbone") and train["pretrained"] == "none":
+        raise ParamsError(f"{where}.freeze_backbone: true freezes a randomly initialised backbone (train.pretrained: "
+                          "none); allowed: false here, or train.pretrained: embedded | imagenet")
+
+
 def build_method(name: str, setup):
     return load_spec(name).build(setup)

@@ -116,10 +116,13 @@ class Decisions:
     - ``keep``: share of the sample's visits this epoch in which it was kept (1.0/0.0 for a single
       decision; NaN = no decision). ``visits`` (optional) weights the samples by how often they were
       seen, so per-batch selections are scored per visit. -> ``diag_selection_precision`` (kept that are
-      truly clean), ``diag_selection_recall`` (truly clean that are kept), ``diag_kept_fraction``.
+      truly clean), ``diag_selection_recall`` (truly clean that are kept), ``diag_kept_fraction``, and read as
+      a noise detector ("flagged" = not kept): ``diag_flag_precision`` (flagged that are truly noisy; chance =
+      the noise rate), ``diag_flag_recall`` (truly noisy that are flagged).
     - ``weights``: per-sample loss weights -> ``diag_weight_clean`` / ``diag_weight_noisy`` (means).
     - ``pseudo_labels``: labels in the training-label ids (-1 = none) -> ``diag_pseudo_label_accuracy``.
-    - ``confidence``: per-sample clean confidences -> ``diag_confidence_clean`` / ``diag_confidence_noisy``.
+    - ``confidence``: per-sample clean confidences -> ``diag_confidence_clean`` / ``diag_confidence_noisy`` (means)
+      and ``diag_confidence_auroc`` (how well they separate clean from noisy rows; 0.5 = chance).
     - ``groups``: labellings of the rows into groups (e.g. SGPS's subgroups), by name; a row's positive
       candidates are its mates in any of them -> ``diag_groups_<name>`` (count), ``diag_purity_<name>``
       (rows sharing their group's majority true class), ``diag_pool_true_positive`` / ``diag_pool_nonempty``
@@ -182,6 +185,11 @@ class Method(nn.Module):
 
     def lr_multiplier(self) -> float:
         return float(self.hparams.get("lr_multiplier", 1.0))
+
+    def head_lr_factor(self) -> float:
+        """The embedding head's learning rate / train's (on top of ``train.optimizer.head_lr_factor``); a method
+        that freezes the backbone may train its head faster (default 1)."""
+        return 1.0
 
     def param_groups(self, base_lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """Optimizer groups of this method's own parameters (default: one group at ``lr_multiplier`` x lr,

@@ -13,7 +13,7 @@ from typing import Any
 
 from noisydml.config import load_params, validate_params
 from noisydml.data.registry import DATASET_KINDS, check_dataset
-from noisydml.methods import check_method, load_spec
+from noisydml.methods import check_frozen_backbone, check_method, load_spec
 from noisydml.models import check_backbone
 from noisydml.noise import check_noise
 from noisydml.schema import ParamsError
@@ -28,13 +28,16 @@ def check_all(params: dict[str, Any]) -> dict[str, Any]:
     for name in list(params["methods"]):
         check_method(params, name)
     check_backbone(params["train"])
+    for name in params["grid"]["methods"]:
+        check_frozen_backbone(params["methods"][name], params["train"], f"methods.{name}")
     for entry, item in params["timing"]["entries"].items():
         load_spec(item["method"]).check({**params["methods"][item["method"]], **item["hparams"]},
                                         f"timing.entries.{entry}.hparams")
     for key, chain in params["chains"].items():
+        hparams = params["methods"][chain["method"]]
         if chain["hparams"]:
-            load_spec(chain["method"]).check({**params["methods"][chain["method"]], **chain["hparams"]},
-                                             f"chains.{key}.hparams")
+            hparams = load_spec(chain["method"]).check({**hparams, **chain["hparams"]}, f"chains.{key}.hparams")
+        check_frozen_backbone(hparams, params["train"], f"chains.{key} (methods.{chain['method']})")
     train = params["train"]
     batch = train["batch"]
     for ds_name in params["grid"]["datasets"]:

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from noisydml import io
 from noisydml.config import run_name, runs_of
+from noisydml.engine.judge import group_majorities
 from noisydml.evaluation.retrieval import neighbours_used, retrieval_metrics
 from noisydml.pipeline.layout import Layout
 from noisydml.reporting.plots import plot_history
@@ -53,9 +54,9 @@ def cluster_label_quality(params: dict, dataset: str, noise: str, name: str, see
     clusters = exported[chain["labels"]["label"]]
     kept = exported[chain["labels"]["keep"]] > 0.5 if chain["labels"]["keep"] else np.ones(len(clusters), bool)
     true = true_of.loc[exported["sample_id"]].to_numpy()
-    counts = pd.crosstab(clusters[kept], true[kept])
-    return {"clusters": int(len(counts)), "purity": float(counts.max(axis=1).sum() / max(int(kept.sum()), 1)),
-            "coverage": float(kept.mean())}
+    _, majority_rows = group_majorities(clusters[kept], true[kept])
+    return {"clusters": int(len(np.unique(clusters[kept]))),
+            "purity": float(majority_rows.sum() / max(int(kept.sum()), 1)), "coverage": float(kept.mean())}
 
 
 def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, layout: Layout = Layout()) -> dict:

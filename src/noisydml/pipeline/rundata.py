@@ -11,7 +11,7 @@ import pandas as pd
 from noisydml import io
 from noisydml.data import DatasetError
 from noisydml.data.prepared import sha256_file, train_split
-from noisydml.engine.judge import GroundTruth
+from noisydml.engine.judge import GroundTruth, group_majorities
 from noisydml.engine.trainer import ImageSet
 from noisydml.pipeline.layout import Layout
 
@@ -121,9 +121,7 @@ def cluster_truth(clusters: np.ndarray, truth: GroundTruth) -> GroundTruth:
     true = truth.true_label
     ok = truth.known.astype(bool) & (true >= 0)
     width = int(true.max(initial=0)) + 1
-    counts = np.zeros((int(clusters.max()) + 1, width), np.int64)
-    np.add.at(counts, (clusters[ok], true[ok]), 1)
-    majority = np.where(counts.sum(1) > 0, counts.argmax(1), -1)
+    majority, _ = group_majorities(clusters[ok], true[ok], num_groups=int(clusters.max()) + 1)
     sizes = np.bincount(clusters, minlength=len(majority))
     home = np.full(width, -1, np.int64)
     for c in np.argsort(sizes, kind="stable"):  # ascending: the largest cluster of a class is written last
@@ -167,7 +165,7 @@ def take_upstream(data: RunData, upstream_dir: Path, labels: dict, inputs: list[
         raise DatasetError(f"{where}: the upstream's exports keep no training sample")
     kept_classes, dense = np.unique(labels_now[keep], return_inverse=True)
     truth = data.truth.subset(np.flatnonzero(keep))
-    if labels.get("kind", "label_ids") == "clusters":
+    if labels["kind"] == "clusters":
         truth = cluster_truth(dense, truth)
     else:
         renumber = np.full(max(int(kept_classes.max()), int(truth.true_label.max(initial=0))) + 2, -1, np.int64)

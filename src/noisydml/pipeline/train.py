@@ -21,7 +21,7 @@ from noisydml.config import (
 )
 from noisydml.data.prepared import sha256_file
 from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, embed
-from noisydml.methods import check_method
+from noisydml.methods import check_frozen_backbone, check_method
 from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
@@ -160,6 +160,7 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
     ``stage`` is the DVC stage that trains it (an MLflow tag)."""
     hparams = check_method(params, method)
     check_backbone(params["train"])
+    check_frozen_backbone(hparams, params["train"], f"methods.{method}")
     data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
     inputs, init_state, upstream = {}, None, {}
     name = run_name(dataset, noise, name_in_grid, seed)

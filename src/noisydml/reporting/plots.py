@@ -119,17 +119,18 @@ def plot_selection(per_seed: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_weight_histograms(per_seed: pd.DataFrame, path: Path) -> None:
-    """Final sample weights of truly clean vs truly noisy samples, one panel per (dataset, noise, method), the
-    seeds' histograms added up (the trainer's, from ground truth)."""
+def plot_weight_histograms(per_seed: pd.DataFrame, path: Path, column: str = "histogram_weights",
+                           xlabel: str = "final weight", empty: str = "no run in the grid weights samples") -> None:
+    """Final sample weights (or another per-sample decision's ``histogram_*``) of truly clean vs truly noisy
+    samples, one panel per (dataset, noise, method), the seeds' histograms added up (the trainer's, from ground
+    truth)."""
     import numpy as np
 
-    column = "histogram_weights"
     rows = per_seed.dropna(subset=[column]) if column in per_seed else per_seed.iloc[:0]
     groups = list(rows.groupby(["dataset", "noise", "method"], sort=False)) if not rows.empty else []
     fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.2 * max(1, len(groups)), 3), squeeze=False)
     if not groups:
-        axes[0, 0].text(0.5, 0.5, "no run in the grid weights samples", ha="center", va="center")
+        axes[0, 0].text(0.5, 0.5, empty, ha="center", va="center")
         axes[0, 0].set_axis_off()
     for i, (ax, ((dataset, noise, method), group)) in enumerate(zip(axes[0], groups)):
         edges = np.asarray(group[column].iloc[0]["edges"])
@@ -139,7 +140,7 @@ def plot_weight_histograms(per_seed: pd.DataFrame, path: Path) -> None:
             share = counts / counts.sum() if counts.sum() else counts
             ax.bar(edges[:-1], share, width=width, align="edge", alpha=0.55, color=colour, label=kind)
         ax.set_title(f"{method} {dataset}/{noise}", fontsize=8)
-        ax.set_xlabel("final weight")
+        ax.set_xlabel(xlabel, fontsize=8)
         if i == 0:
             ax.set_ylabel("share of the group")
         ax.legend(fontsize=7)

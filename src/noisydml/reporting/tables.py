@@ -440,6 +440,42 @@ def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def spa_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Smooth Proxy-Anchor, one row per chained phase-2 run (method ``spa_smooth_loss``) and seed: how phase 1's
+    confidence module detects noisy labels (flagged = top-confidence class != given label; chance precision =
+    the noise rate) and relabels (top class = true class), what phase 2 made of it (samples positive for no
+    proxy, given labels dropped), and its P@1 beside Proxy-Anchor's on the same frozen backbone and MS's."""
+    runs = per_seed.set_index(["dataset", "noise", "method", "seed"])
+    rows = []
+    for c in params["chains"].values():
+        if c["method"] != "spa_smooth_loss":
+            continue
+
+        def value(name: str, column: str):
+            index = (c["dataset"], c["noise"], name, c["seed"])
+            if index not in runs.index or column not in runs.columns:
+                return None
+            v = runs.loc[index, column]
+            return None if pd.isna(v) else float(v)
+
+        up, name = c["upstream"], c["name"]
+        coverage, kept = value(name, "final_diag_pseudo_label_coverage"), value(name, "final_diag_kept_fraction")
+        rows.append({
+            "dataset": c["dataset"], "noise": c["noise"], "seed": c["seed"],
+            "noise rate": value(name, "actual_noise_rate"),
+            "flag precision": value(up, "final_diag_flag_precision"),
+            "flag recall": value(up, "final_diag_flag_recall"),
+            "confidence AUROC": value(up, "final_diag_confidence_auroc"),
+            "relabelling accuracy": value(up, "final_diag_pseudo_label_accuracy"),
+            "no positive proxy": None if coverage is None else 1 - coverage,
+            "given label dropped": None if kept is None else 1 - kept,
+            f"P@1 {name}": value(name, "precision_at_1"),
+            **{f"P@1 {m}": value(m, "precision_at_1") for m in ("proxy_anchor_frozen", "proxy_anchor", "ms")
+               if m in params["grid"]["methods"]},
+        })
+    return pd.DataFrame(rows)
+
+
 #: SGPS Table V (CARS, 50% symmetric noise, SGPS-MCL): (tau, delta, gamma_1, gamma_2) -> (P@1, MAP@R) in %.
 SGPS_TABLE5 = {
     (0.02, 0.1, 1.0, 0.1): (76.33, 20.90), (1.0, 0.1, 1.0, 0.1): (73.05, 18.56), (0.1, 0.1, 1.0, 0.1): (74.99, 19.63),
@@ -591,6 +627,18 @@ def write_report(params: dict, layout) -> Path:
                "beside the variants with its settings.", "",
                (ablation.set_index(["group", "variant", "overrides", "seeds"]) * 100).round(2).reset_index()
                .to_markdown(index=False), ""]
+    spa = spa_table(params, per_seed)
+    md += ["## Smooth Proxy-Anchor", "",
+           "Phase 1 (`spa_confidence`, a grid run) trains a confidence module on the noisy labels; phase 2 "
+           "(`smooth_proxy_anchor`, a chained run) trains Proxy-Anchor with proxies selected by, and terms weighted "
+           "by, phase 1's confidences; both on the frozen backbone, so `proxy_anchor_frozen` is its baseline. The "
+           "loss, the smoothing and the relabelling are reconstructions (see the README). Per seed; phase 1: "
+           "flagged = top-confidence class != given label (flag precision by chance = the noise rate), AUROC of "
+           "the given label's confidence for clean vs noisy samples, relabelling accuracy = top class is the true "
+           "class; phase 2: samples positive for no proxy, given labels below tau (dropped). Scores from ground "
+           "truth the methods never see.", "",
+           spa.round(4).to_markdown(index=False) if not spa.empty else "(no smooth_proxy_anchor chain in params.yaml)",
+           "", "![Confidences of clean and noisy samples](spa_confidence_clean_noisy.png)", ""]
     md += ["## Training time", ""]
     if times.empty:
         md += ["(opt-in: list methods under `timing.entries` in params.yaml to time them; see the README)", ""]
@@ -617,6 +665,13 @@ def write_report(params: dict, layout) -> Path:
     io.write_with(out / "sgps_posterior.csv", lambda p: posterior.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "sgps_ablations.csv", lambda p: ablation.to_csv(p, index=False, float_format="%.6f"))
     plot_weight_histograms(per_seed, out / "weights_clean_noisy.png")
+    spa_runs = {c["upstream"] for c in params["chains"].values() if c["method"] == "spa_smooth_loss"} | \
+        {c["name"] for c in params["chains"].values() if c["method"] == "spa_smooth_loss"}
+    plot_weight_histograms(per_seed[per_seed["method"].isin(spa_runs)] if not per_seed.empty else per_seed,
+                           out / "spa_confidence_clean_noisy.png", column="histogram_confidence",
+                           xlabel="c(x, given label) (phase 1) / S(c) (phase 2)",
+                           empty="no smooth_proxy_anchor chain in params.yaml")
+    io.write_with(out / "smooth_proxy_anchor.csv", lambda p: spa.to_csv(p, index=False, float_format="%.6f"))
     fig5 = params["figures"]["embedding_size"]
     plot_embedding_size(sizes, f"Recall@1 against embedding size, {fig5['dataset']} / {fig5['noise']}",
                         out / "embedding_size.png")

@@ -139,10 +139,6 @@ class Groups:
         self.starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
         self.counts = counts
 
-    def members(self, row: int) -> np.ndarray:
-        g = self.labels[row]
-        return self.order[self.starts[g] : self.starts[g] + self.counts[g]]
-
     def padded_members(self, rows: np.ndarray) -> np.ndarray:
         """The members of each row's group, ``(len(rows), largest of their groups)``, padded with -1."""
         groups = self.labels[rows]
@@ -284,22 +280,20 @@ class SgpsMethod(PrismMethod):
                 "sgps_anchors_with_positives": 0.0}
         anchors = torch.nonzero(~keep).squeeze(1)
         if int(self.sgm_round) == 0 or len(anchors) == 0:
-            self._update_bank(batch)
             return zero, logs
         rows = batch.index[anchors]
         positives, conditioning = self.draw_positives(rows.cpu().numpy(), batch.step)
-        has = torch.from_numpy(positives[:, 0] >= 0).to(keep.device)
+        with_positive = positives[:, 0] >= 0  # anchors with at least one drawn positive
+        has = torch.from_numpy(with_positive).to(keep.device)
         logs["sgps_anchor_fraction"] = len(anchors) / len(keep)
         logs["sgps_anchors_with_positives"] = float(has.float().mean())
         self.drawn[rows] = torch.from_numpy(positives).to(self.drawn.device)
         if not has.any():
-            self._update_bank(batch)
             return zero, logs
         anchors, rows = anchors[has], rows[has]
-        has_np = has.cpu().numpy()
-        pos_rows = torch.from_numpy(positives[has_np]).to(self.bank.device)
+        pos_rows = torch.from_numpy(positives[with_positive]).to(self.bank.device)
         z = batch.embeddings[anchors]
-        cond = self.bank[torch.from_numpy(conditioning[has_np]).to(self.bank.device)] if self.transproto is not None else None
+        cond = self.bank[torch.from_numpy(conditioning[with_positive]).to(self.bank.device)] if self.transproto is not None else None
         proto = self.prototypes(self.bank[pos_rows], z, cond)
         positive_logit = ((z * proto).sum(dim=1) - hp["margin"]) / hp["temperature"]
         labels = batch.labels[anchors]
@@ -315,8 +309,10 @@ class SgpsMethod(PrismMethod):
             term = self._contrast(z, positive_logit, self.memory.features.clone(), mask)  # enqueue writes in place
             value = value + hp["gamma_bank"] * term
             logs["sgps_noise_bank"] = float(term.detach())
-        self._update_bank(batch)
         return value, logs
+
+    def on_step_end(self, ctx: EpochContext, batch: Batch) -> None:
+        self._update_bank(batch)
 
     @torch.no_grad()
     def _update_bank(self, batch: Batch) -> None:
