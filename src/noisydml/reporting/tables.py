@@ -411,6 +411,13 @@ def sgps_diagnostics(per_seed: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
+def _chain_run_value(runs: pd.DataFrame, chain: dict, name: str, column: str):
+    """``column`` of run ``name`` at a chain's dataset, noise and seed (``runs`` indexed by dataset, noise,
+    method, seed); None when that run or column is absent."""
+    index = (chain["dataset"], chain["noise"], name, chain["seed"])
+    return runs.loc[index, column] if index in runs.index and column in runs.columns else None
+
+
 def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
     """Chains trained on an upstream's cluster labels (``labels.kind: clusters``; SGPS's posterior data clean,
     stage 2) and the chains trained after them (stage 3), one row per seed: each stage's P@1, and the purity
@@ -424,8 +431,7 @@ def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
         key = (c["dataset"], c["noise"])
 
         def value(name: str, column: str = "precision_at_1"):
-            index = (*key, name, c["seed"])
-            return runs.loc[index, column] if index in runs.index and column in runs.columns else None
+            return _chain_run_value(runs, c, name, column)
 
         after = [d for d in params["chains"].values()
                  if d["upstream"] == c["name"] and (d["dataset"], d["noise"], d["seed"]) == (*key, c["seed"])]
@@ -452,11 +458,8 @@ def spa_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
             continue
 
         def value(name: str, column: str):
-            index = (c["dataset"], c["noise"], name, c["seed"])
-            if index not in runs.index or column not in runs.columns:
-                return None
-            v = runs.loc[index, column]
-            return None if pd.isna(v) else float(v)
+            v = _chain_run_value(runs, c, name, column)
+            return None if v is None or pd.isna(v) else float(v)
 
         up, name = c["upstream"], c["name"]
         coverage, kept = value(name, "final_diag_pseudo_label_coverage"), value(name, "final_diag_kept_fraction")

@@ -95,6 +95,17 @@ def frozen_backbone(freeze: bool, *also: str) -> Trainable:
     return Trainable(frozen=(("backbone",) if freeze else ()) + also, freeze_batchnorm=freeze)
 
 
+class FrozenBackbone:
+    """For a method with ``freeze_backbone`` and ``head_lr_multiplier`` (phase 2 and its Proxy-Anchor baseline):
+    the backbone frozen with fixed batch-norm statistics, the embedding head at its own learning rate."""
+
+    def trainable(self, epoch: int) -> Trainable:
+        return frozen_backbone(self.hparams["freeze_backbone"])
+
+    def head_lr_factor(self) -> float:
+        return float(self.hparams["head_lr_multiplier"])
+
+
 def smoothing(c: torch.Tensor, sharpness: float, position: float, hard: bool = False) -> torch.Tensor:
     """``S(c) = sigmoid(sharpness (c - position))`` [R]; the step ``c >= position`` when ``hard``."""
     if hard:
@@ -113,19 +124,22 @@ def dense_confidences(classes: torch.Tensor, values: torch.Tensor, num_classes: 
     return out.scatter_(1, classes, values)
 
 
+def positive_weight(confidence: torch.Tensor, top_confidence: torch.Tensor, *, sharpness: float, position: float,
+                    hard: bool, weighting: str) -> torch.Tensor:
+    """The weight of x's positive term for a proxy of confidence ``c(x, p)`` [R]: ``S(c(x, p))`` (``pair``) or
+    ``S(max_q c(x, q))`` (``sample``; ``top_confidence`` is that maximum)."""
+    return smoothing(top_confidence if weighting == "sample" else confidence, sharpness, position, hard)
+
+
 def smooth_proxy_anchor_loss(cos: torch.Tensor, confidences: torch.Tensor, *, alpha: float, margin: float,
                              tau: float, sharpness: float, position: float, hard: bool = False,
                              weighting: str = "pair", weight_negatives: bool = True):
     """The confidence-weighted Proxy-Anchor loss [R] (module docstring) of cosine similarities ``cos`` (B, C)
     between embeddings and proxies, given confidences (B, C). Returns ``(loss, logs)``."""
     positive = relabel(confidences, tau)
-    smooth = smoothing(confidences, sharpness, position, hard)
-    if weighting == "sample":
-        pos_weight = smoothing(confidences.max(dim=1, keepdim=True).values, sharpness, position, hard)
-        pos_weight = pos_weight.expand_as(cos)
-    else:
-        pos_weight = smooth
-    neg_weight = 1.0 - smooth if weight_negatives else torch.ones_like(smooth)
+    pos_weight = positive_weight(confidences, confidences.max(dim=1, keepdim=True).values, sharpness=sharpness,
+                                 position=position, hard=hard, weighting=weighting).expand_as(cos)
+    neg_weight = 1.0 - smoothing(confidences, sharpness, position, hard) if weight_negatives else torch.ones_like(cos)
     # a weight enters as log w inside the log-sum; a zero weight drops the term (the weights carry no gradient)
     pos_keep, neg_keep = positive & (pos_weight > 0), ~positive & (neg_weight > 0)
     log_pos = torch.where(pos_keep, pos_weight.clamp_min(1e-30).log(), torch.zeros_like(cos))
@@ -219,7 +233,7 @@ class ConfidenceModule(Method):
                 "confidence_label": np.asarray(self.setup.train_labels, dtype=np.int64)}
 
 
-class SmoothProxyAnchor(Method):
+class SmoothProxyAnchor(FrozenBackbone, Method):
     """Phase 2 (``spa_smooth_loss``, trained as the chained run ``smooth_proxy_anchor``): Proxy-Anchor with proxies selected by, and terms weighted by, phase 1's
     confidences (a chained run whose ``inputs`` are phase 1's :data:`EXPORTS`).
 
@@ -251,12 +265,6 @@ class SmoothProxyAnchor(Method):
         # pml's ProxyAnchorLoss initialisation (Kaiming normal, fan-out), from the run's seed
         nn.init.kaiming_normal_(self.proxies, mode="fan_out", generator=torch.Generator().manual_seed(int(setup.seed)))
 
-    def trainable(self, epoch: int) -> Trainable:
-        return frozen_backbone(self.hparams["freeze_backbone"])
-
-    def head_lr_factor(self) -> float:
-        return float(self.hparams["head_lr_multiplier"])
-
     def batch_confidences(self, index: torch.Tensor) -> torch.Tensor:
         return dense_confidences(self.conf_classes[index], self.conf_values[index], self.setup.num_classes)
 
@@ -276,10 +284,8 @@ class SmoothProxyAnchor(Method):
         smooth = smoothing(given, hp["sharpness"], hp["position"], hp["hard"])
         kept = given >= hp["tau"]
         top_value, top_class = self.conf_values[:, 0], self.conf_classes[:, 0]
-        if hp["weighting"] == "sample":
-            weight = smoothing(top_value, hp["sharpness"], hp["position"], hp["hard"])
-        else:
-            weight = smooth
+        weight = positive_weight(given, top_value, sharpness=hp["sharpness"], position=hp["position"], hard=hp["hard"],
+                                 weighting=hp["weighting"])
         weight = torch.where(kept, weight, torch.zeros_like(weight))
         pseudo = torch.where(top_value >= hp["tau"], top_class, torch.full_like(top_class, -1))
         return Decisions(keep=kept.double().cpu().numpy(), pseudo_labels=pseudo.cpu().numpy(),
