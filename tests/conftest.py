@@ -78,3 +78,102 @@ def batch_of(embeddings, labels, step=0, index=None, epoch=0, features=None):
     features = embeddings.detach() if features is None else features
     return Batch(embeddings=embeddings, features=features, labels=labels, index=index, sample_id=index,
                  step=step, epoch=epoch)
+
+
+class _Files:
+    """What the local HTTP server serves: ``files[path] = bytes``; ``cut_once`` paths send half their bytes the first
+    time (an interrupted transfer); ``log`` records ``(path, Range header)`` of every request."""
+
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.cut_once: set[str] = set()
+        self.log: list[tuple[str, str | None]] = []
+
+
+@pytest.fixture
+def local_server():
+    """An HTTP server on 127.0.0.1 with Range support: ``(base_url, files)``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    served = _Files()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # keep test output clean
+            pass
+
+        def do_GET(self):
+            rng = self.headers.get("Range")
+            served.log.append((self.path, rng))
+            data = served.files.get(self.path)
+            if data is None:
+                self.send_error(404)
+                return
+            if rng:
+                start = int(rng.split("=")[1].split("-")[0])
+                if start >= len(data):
+                    self.send_error(416)
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                self.send_header("Content-Length", str(len(data) - start))
+                self.end_headers()
+                self.wfile.write(data[start:])
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.path in served.cut_once:
+                served.cut_once.discard(self.path)
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", served
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def tar_bytes(members: dict[str, bytes], gz: bool = True) -> bytes:
+    """A tar (gzip-compressed by default) of ``members`` (name -> content), built in memory."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz" if gz else "w") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def zip_bytes(members: dict[str, bytes]) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def jpeg_bytes(seed: int, size=(20, 16)) -> bytes:
+    """A small random RGB JPEG (``size`` = width, height)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()

@@ -51,7 +51,7 @@ def _tree(root, classes=4, per_class=2):
 
 def test_folder_dataset_reads_class_folders(tmp_path):
     _tree(tmp_path / "imgs")
-    images, labels, names, _ = load_folder_dataset({"root": "imgs", "csv": "", "image_size": 8, "channels": 1}, tmp_path)
+    images, labels, names, _, _ = load_folder_dataset({"root": "imgs", "csv": "", "image_size": 8, "channels": 1}, tmp_path)
     assert images.shape == (8, 8, 8, 1)
     assert names == ["class0", "class1", "class2", "class3"]
     assert labels.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
@@ -61,7 +61,7 @@ def test_folder_dataset_reads_csv(tmp_path):
     _tree(tmp_path / "imgs")
     rows = ["path,label"] + [f"imgs/class{c}/{i}.png,c{c}" for c in range(4) for i in range(2)]
     (tmp_path / "list.csv").write_text("\n".join(rows))
-    images, labels, names, _ = load_folder_dataset({"root": "", "csv": "list.csv", "image_size": 8, "channels": 3}, tmp_path)
+    images, labels, names, _, _ = load_folder_dataset({"root": "", "csv": "list.csv", "image_size": 8, "channels": 3}, tmp_path)
     assert images.shape == (8, 8, 8, 3) and names == ["c0", "c1", "c2", "c3"]
 
 
@@ -75,7 +75,7 @@ def test_folder_csv_verification_flags_reach_the_manifest(tmp_path):
     ]
     (tmp_path / "list.csv").write_text("\n".join(rows))
     cfg = {"root": "", "csv": "list.csv", "image_size": 8, "channels": 3}
-    images, labels, names, is_clean = load_folder_dataset(cfg, tmp_path)
+    images, labels, names, is_clean, _ = load_folder_dataset(cfg, tmp_path)
     assert np.array_equal(is_clean, [1, 0, np.nan, 1, np.nan, np.nan, 0, np.nan], equal_nan=True)
     write_prepared(tmp_path / "ds", images, labels, names, {"kind": "folder"}, is_clean=is_clean)
     manifest = PreparedDataset.load(tmp_path / "ds").manifest

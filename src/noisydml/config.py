@@ -43,6 +43,19 @@ TRAIN_SCHEMA: dict[str, Field] = {
     "validation_classes": Field(int, 0, min=0, help="training classes (by noisy label) held out for model selection"),
     "model_selection": Field(str, "last", choices=("last", "best_validation"),
                              help="the reported model: the last epoch's, or the best validation P@1's"),
+    "input": Field(dict, {}, help="how file-stored images become inputs (train.input); arrays ignore it"),
+}
+#: The papers' input protocol for images stored as files (:mod:`noisydml.data.images`); in-memory arrays (the
+#: embedded glyphs) are fed as they are and ignore it.
+INPUT_SCHEMA = {
+    "crop": Field(int, 224, min=8, help="side of the network input: RandomResizedCrop (train) / CenterCrop (eval)"),
+    "resize": Field(int, 256, min=8, help="evaluation: Resize(resize), then CenterCrop(crop)"),
+    "scale_min": Field(float, 0.2, min=0.01, max=1.0, help="RandomResizedCrop's scale range (scale_min, 1)"),
+    "flip": Field(bool, True, help="random horizontal flip when training"),
+    "augment": Field(bool, True, help="ours: false = evaluation transform for training too (debugging)"),
+    "normalisation": Field(str, "auto", choices=("auto", "imagenet", "unit"),
+                           help="ours: auto = ImageNet statistics for a ResNet on ImageNet weights or a weights "
+                                "file, unit ([-1, 1]) otherwise"),
 }
 BATCH_SCHEMA = {
     "classes": Field(int, 16, min=2, help="P: classes per batch"),
@@ -71,6 +84,10 @@ RUNTIME_SCHEMA = {
     "threads": Field(int, 0, min=0, help="torch CPU threads; 0 = torch's default"),
     "progress": Field(bool, True, help="progress bars"),
     "deterministic": Field(bool, False, help="torch.use_deterministic_algorithms (GPU runs bit-exact, slower)"),
+    "prepare_workers": Field(int, 0, min=0, help="processes decoding and checking image files when preparing a "
+                                                  "dataset (0 = one per CPU core)"),
+    "loader_workers": Field(int, 0, min=0, help="DataLoader worker processes decoding file-stored images (0 = in "
+                                                 "the training process); results do not depend on it"),
 }
 EVALUATE_SCHEMA = {
     "recall_at": Field(list, [1, 2, 4, 8], item_type=int, min=1),
@@ -536,6 +553,10 @@ def validate_params(raw: Any) -> dict[str, Any]:
     train["batch"] = check_section(train["batch"], BATCH_SCHEMA, "train.batch")
     train["optimizer"] = check_section(train["optimizer"], OPTIMIZER_SCHEMA, "train.optimizer")
     train["schedule"] = check_section(train["schedule"], SCHEDULE_SCHEMA, "train.schedule")
+    train["input"] = check_section(train["input"], INPUT_SCHEMA, "train.input")
+    if train["input"]["resize"] < train["input"]["crop"]:
+        raise ParamsError(f"train.input.resize: {train['input']['resize']} is below train.input.crop "
+                          f"({train['input']['crop']}); allowed: {train['input']['crop']} or more")
     if train["schedule"]["warmup_epochs"] >= train["epochs"]:
         raise ParamsError(
             f"train.schedule.warmup_epochs: {train['schedule']['warmup_epochs']} must be below "

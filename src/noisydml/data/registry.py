@@ -12,16 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from noisydml.schema import Field, ParamsError, check_kinded, check_section
-from noisydml.data.prepared import write_prepared
+from noisydml.data.prepared import write_prepared, write_prepared_files
 
 
 @dataclass(frozen=True)
 class DatasetKind:
     schema: dict[str, Field]
-    prepare: Callable[[str, dict, Path, Path], dict]
+    #: ``prepare(name, cfg, out_dir, base_dir, workers)``: ``workers`` processes may decode images (0: all cores)
+    prepare: Callable[[str, dict, Path, Path, int], dict]
     train_classes: Callable[[dict], int | None] = lambda cfg: None
     extra_check: Callable[[dict, str], None] = lambda cfg, where: None
 
@@ -31,7 +34,7 @@ class DatasetKind:
         return cfg
 
 
-def _prepare_glyphs(name: str, cfg: dict, out_dir: Path, base_dir: Path) -> dict:
+def _prepare_glyphs(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
     from noisydml.data import glyphs
 
     with tqdm(total=cfg["num_classes"], desc=f"prepare {name}: rendering classes", unit="class") as bar:
@@ -41,12 +44,18 @@ def _prepare_glyphs(name: str, cfg: dict, out_dir: Path, base_dir: Path) -> dict
     return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "glyphs", **cfg})
 
 
-def _prepare_folder(name: str, cfg: dict, out_dir: Path, base_dir: Path) -> dict:
-    from noisydml.data.folder import load_folder_dataset
+def _prepare_folder(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
+    from noisydml.data.folder import load_folder_dataset, scan_folder_dataset
 
-    images, labels, class_names, is_clean = load_folder_dataset(cfg, base_dir, desc=f"prepare {name}: reading images")
-    return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "folder", **cfg},
-                          is_clean=is_clean)
+    info = {"name": name, "kind": "folder", **cfg}
+    if cfg["storage"] == "files":
+        files, images_root, labels, class_names, is_clean, split = scan_folder_dataset(
+            cfg, base_dir, workers, desc=f"prepare {name}: verifying images")
+        return write_prepared_files(out_dir, files, images_root, labels, class_names, info, is_clean=is_clean,
+                                    split=split)
+    images, labels, class_names, is_clean, split = load_folder_dataset(cfg, base_dir,
+                                                                       desc=f"prepare {name}: reading images")
+    return write_prepared(out_dir, images, labels, class_names, info, is_clean=is_clean, split=split)
 
 
 def _check_folder(cfg: dict, where: str) -> None:
@@ -68,8 +77,11 @@ DATASET_KINDS: dict[str, DatasetKind] = {
     "folder": DatasetKind(
         schema={
             "root": Field(str, "", help="folder with one sub-folder per class"),
-            "csv": Field(str, "", help="CSV of path,label"),
-            "image_size": Field(int, 64, min=8),
+            "csv": Field(str, "", help="CSV of path,label[,is_clean][,split]"),
+            "storage": Field(str, "arrays", choices=("arrays", "files"),
+                             help="arrays: decoded once into images.npy at image_size; files: kept as files, "
+                                  "decoded per batch with train.input's transforms (large datasets)"),
+            "image_size": Field(int, 64, min=8, help="storage arrays: the side images are resized to"),
             "channels": Field(int, 3, choices=(1, 3)),
         },
         prepare=_prepare_folder,
@@ -78,9 +90,82 @@ DATASET_KINDS: dict[str, DatasetKind] = {
 }
 
 
-def prepare_dataset(name: str, cfg: dict, out_dir: str | Path, base_dir: str | Path = ".") -> dict:
+def _prepare_benchmark(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
+    """A benchmark: its files tree (the download stage's, or ``local_dir``) -> official split, count check, every
+    image verified, the files manifest."""
+    from noisydml.data.benchmarks import BENCHMARKS, check_counts, files_tree
+    from noisydml.data.folder import verify_images
+    from noisydml.data.prepared import class_order
+
+    bench = BENCHMARKS[cfg["kind"]]
+    tree_rel = files_tree(name, cfg)
+    tree = base_dir / tree_rel
+    items = bench.layout(tree, cfg)
+    found = check_counts(name, items, {**bench.counts, **cfg["expect"]})
+    checked = verify_images([tree / p for p in items["path"]], workers, desc=f"prepare {name}: verifying images")
+    files = pd.DataFrame({"path": items["path"], "width": [c[0] for c in checked],
+                          "height": [c[1] for c in checked], "sha256": [c[2] for c in checked]})
+    class_names = class_order(items["class_name"])
+    index = {c: i for i, c in enumerate(class_names)}
+    labels = items["class_name"].map(index).to_numpy(np.int64)
+    flags = items["is_clean"].to_numpy(float)
+    info = {"name": name, "kind": cfg["kind"], "title": bench.title, **cfg, "official_counts_checked": found}
+    return write_prepared_files(out_dir, files, tree_rel, labels, class_names, info,
+                                is_clean=None if np.isnan(flags).all() else flags,
+                                split=items["split"].to_numpy(object), shared_classes=bench.shared_classes)
+
+
+def _benchmark_kind(kind: str) -> DatasetKind:
+    from noisydml.data.benchmarks import BENCHMARKS
+
+    bench = BENCHMARKS[kind]
+    schema = {
+        "local_dir": Field(str, "", help="ours: a folder already holding the extracted dataset (its files tree); "
+                                         "nothing is downloaded"),
+        "archives": Field(dict, {}, help="ours: per archive file name, {url, sha256} replacing the built-in ones "
+                                         "(a mirror, a re-released archive)"),
+        "expect": Field(dict, {}, help="ours: official counts replaced, e.g. {train_samples: 5000} for a subset "
+                                       "made on purpose; keys: <split>_samples / <split>_classes"),
+    }
+    if kind == "food101n":
+        schema["test_images"] = Field(str, "all", choices=("all", "test"),
+                                      help="ours: all = every Food-101 image of the 51 test classes (the PRISM "
+                                           "authors' FOOD_test.csv, 51,000); test = Food-101's test split (12,750)")
+    if bench.url_list is not None:
+        schema["fetch_workers"] = Field(int, 16, min=1, help="parallel image fetches")
+        schema["retries"] = Field(int, 2, min=0, help="retries of an image URL before it is recorded as dead")
+
+    def check(cfg: dict, where: str) -> None:
+        from noisydml.data.benchmarks import COUNT_KEYS
+
+        bad = sorted(set(cfg["expect"]) - set(COUNT_KEYS))
+        if bad:
+            raise ParamsError(f"{where}.expect: {bad[0]!r} is not a count; allowed: {', '.join(COUNT_KEYS)}")
+        names = {a.filename for a in bench.archives}
+        for filename, body in cfg["archives"].items():
+            if filename not in names:
+                raise ParamsError(f"{where}.archives: {filename!r} is not one of {kind}'s files; allowed: "
+                                  f"{', '.join(sorted(names))}")
+            if not isinstance(body, dict) or set(body) - {"url", "sha256"}:
+                raise ParamsError(f"{where}.archives.{filename}: expected {{url, sha256}}, got {body!r}")
+
+    return DatasetKind(schema=schema, prepare=_prepare_benchmark, extra_check=check,
+                       train_classes=lambda cfg: cfg["expect"].get("train_classes", bench.counts.get("train_classes")))
+
+
+def _add_benchmarks() -> None:
+    from noisydml.data.benchmarks import BENCHMARKS
+
+    for kind in BENCHMARKS:
+        DATASET_KINDS[kind] = _benchmark_kind(kind)
+
+
+_add_benchmarks()
+
+
+def prepare_dataset(name: str, cfg: dict, out_dir: str | Path, base_dir: str | Path = ".", workers: int = 0) -> dict:
     """Prepare dataset ``name`` (a validated params section) into ``out_dir``; return its info."""
-    return DATASET_KINDS[cfg["kind"]].prepare(name, cfg, Path(out_dir), Path(base_dir))
+    return DATASET_KINDS[cfg["kind"]].prepare(name, cfg, Path(out_dir), Path(base_dir), workers)
 
 
 def check_dataset(params: dict, name: str) -> dict:

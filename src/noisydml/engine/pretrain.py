@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from noisydml.models import BACKBONES, images_to_tensor
+from noisydml.data.images import images_to_tensor
+from noisydml.models import BACKBONES
 
 #: Images of each source class kept out of pretraining to measure source accuracy (ours).
 HELD_OUT_PER_CLASS = 4

@@ -33,17 +33,18 @@ from pytorch_metric_learning.utils import common_functions as pml_common
 from tqdm import tqdm
 
 from noisydml import io, neighbours
+from noisydml.data.images import InputPipeline, image_channels
 from noisydml.engine.judge import GroundTruth, decision_histograms, score_decisions
 from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import build_method
 from noisydml.methods.base import Batch, EpochContext, MethodSetup
-from noisydml.models import build_model, images_to_tensor, load_backbone_weights
+from noisydml.models import build_model, load_backbone_weights
 from noisydml.schema import ParamsError
 
 CHECKPOINT_VERSION = 2
 MONITOR_METRICS = ("precision_at_1", "mean_average_precision_at_r")
 #: How a run executes when the caller gives no ``runtime`` section (tests, benchmarks).
-DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "progress": True, "deterministic": False}
+DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "progress": True, "deterministic": False, "loader_workers": 0}
 
 
 def code_fingerprint() -> str:
@@ -59,18 +60,20 @@ def code_fingerprint() -> str:
 
 @dataclass
 class ImageSet:
-    """Images (N, H, W, C) uint8 and labels, in row order."""
+    """Images and labels, in row order. ``images``: (N, H, W, C) uint8 in memory, or
+    :class:`~noisydml.data.images.ImageFiles` decoded per batch (:class:`~noisydml.data.images.InputPipeline`)."""
 
-    images: np.ndarray
+    images: Any
     labels: np.ndarray
+    #: Evaluation sets only: True for a query row, False for a gallery row (In-Shop's protocol); None: every row
+    #: is a query searched against all the others.
+    query_mask: np.ndarray | None = None
 
     def __post_init__(self):
         if len(self.images) != len(self.labels):
             raise ValueError(f"{len(self.images)} images but {len(self.labels)} labels")
-
-    def tensor(self) -> torch.Tensor:
-        """All images as a float tensor (N, C, H, W) scaled to [-1, 1]."""
-        return images_to_tensor(self.images)
+        if self.query_mask is not None and len(self.query_mask) != len(self.labels):
+            raise ValueError(f"{len(self.query_mask)} query flags for {len(self.labels)} images")
 
 
 @dataclass
@@ -213,15 +216,19 @@ def epoch_batches(labels: np.ndarray, per_class: int, batch_size: int, seed: int
 
 
 @torch.no_grad()
-def embed(model: torch.nn.Module, images: torch.Tensor, device: torch.device, batch_size: int = 512,
-          features: bool = False):
-    """Embeddings (and with ``features`` the backbone features) of ``images``, eval mode, on the CPU."""
+def embed(model: torch.nn.Module, images, device: torch.device, batch_size: int = 512,
+          features: bool = False, pipeline: InputPipeline | None = None):
+    """Embeddings (and with ``features`` the backbone features) of ``images``, eval mode, on the CPU.
+
+    ``images``: uint8 arrays, :class:`~noisydml.data.images.ImageFiles` (decoded and eval-transformed by
+    ``pipeline``) or a float tensor of network inputs."""
+    pipeline = pipeline or InputPipeline()
     # each module's own mode comes back (a frozen batch-norm stays in eval mode inside a training epoch)
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
     embs, feats = [], []
-    for i in range(0, len(images), batch_size):
-        e, f = model.forward_with_features(images[i : i + batch_size].to(device))
+    for x in pipeline.eval_batches(images, batch_size):
+        e, f = model.forward_with_features(x.to(device, non_blocking=True))
         embs.append(e.cpu())
         feats.append(f.cpu())
     for module, mode in modes:
@@ -321,15 +328,16 @@ class Trainer:
         batch_size = cfg["batch"]["classes"] * cfg["batch"]["per_class"]
 
         torch.manual_seed(self.spec.seed)
-        train_x = self.train_set.tensor()
-        test_x = self.test_set.tensor()
-        val_x = self.val_set.tensor() if self.val_set is not None else None
+        pipeline = InputPipeline.from_params(cfg, runtime, self.spec.seed, device)
+        train_x = self.train_set.images
+        test_x = self.test_set.images
+        val_x = self.val_set.images if self.val_set is not None else None
         select_best = cfg["model_selection"] == "best_validation"
         if select_best and val_x is None:
             raise ParamsError("train.model_selection: 'best_validation' needs held-out validation classes, and "
                               "this trainer was given none (train.validation_classes held out no data here)")
         best: dict | None = None  # {"epoch", "score", "model", "method"} of the best validation epoch
-        model = build_model(cfg, in_channels=train_x.shape[1])
+        model = build_model(cfg, in_channels=image_channels(train_x))
         if self.backbone_state is not None:
             load_backbone_weights(model.backbone, self.backbone_state, cfg["pretrained"])
         model = model.to(device)
@@ -387,7 +395,7 @@ class Trainer:
             # cached per (step, features): two hooks of one step share one pass over the training set
             key = (step, features)
             if embedded.get("key") != key:
-                embedded.update(key=key, value=embed(model, train_x, device, features=features))
+                embedded.update(key=key, value=embed(model, train_x, device, features=features, pipeline=pipeline))
             return embedded["value"]
 
         use_gpu = device.type == "cuda"
@@ -420,9 +428,10 @@ class Trainer:
             loss_sum, logs_sum = 0.0, {}
             bar = tqdm(batches, desc=f"{self.spec.method} epoch {epoch + 1}/{cfg['epochs']}", unit="step",
                        disable=not runtime["progress"], leave=False, mininterval=1.0)
-            for idx in bar:
+            inputs = pipeline.train_batches(train_x, batches, epoch)
+            for idx, x in zip(bar, inputs):
                 index = torch.from_numpy(idx)
-                emb, feats = model.forward_with_features(train_x[index].to(device))
+                emb, feats = model.forward_with_features(x.to(device, non_blocking=True))
                 batch = Batch(embeddings=emb, features=feats, labels=labels_t[index].to(device),
                               index=index.to(device), sample_id=ids_t[index].to(device), step=step, epoch=epoch)
                 loss, logs = method.loss(batch)
@@ -452,19 +461,19 @@ class Trainer:
             if last or (cfg["eval_every"] and (epoch + 1) % cfg["eval_every"] == 0):
                 if val_x is not None:
                     val = retrieval_metrics(
-                        embed(model, val_x, device), self.val_set.labels, recall_at=(1,), nmi=False,
+                        embed(model, val_x, device, pipeline=pipeline), self.val_set.labels, recall_at=(1,), nmi=False,
                         include=MONITOR_METRICS, max_k=self.spec.evaluate.get("max_k", 1023),
                     )
                     row.update({f"val_{k}": v for k, v in val.items()})
                     if select_best and (best is None or val["precision_at_1"] > best["score"]):
                         best = {"epoch": epoch + 1, "score": val["precision_at_1"],
                                 "model": copy.deepcopy(model.state_dict()), "method": copy.deepcopy(method.state_dict())}
-                test_emb = embed(model, test_x, device)
+                test_emb = embed(model, test_x, device, pipeline=pipeline)
                 if last:
                     last_test_emb = test_emb
                 monitor = retrieval_metrics(
                     test_emb, self.test_set.labels, recall_at=(1,), nmi=False, include=MONITOR_METRICS,
-                    max_k=self.spec.evaluate.get("max_k", 1023),
+                    max_k=self.spec.evaluate.get("max_k", 1023), query_mask=self.test_set.query_mask,
                 )
                 row.update({f"test_{k}": v for k, v in monitor.items()})
             history.append(row)
@@ -490,9 +499,9 @@ class Trainer:
             selected_epoch = best["epoch"]
         # the last epoch's model is the final one unless validation chose another: its test pass is reused
         reuse = last_test_emb is not None and selected_epoch == cfg["epochs"]
-        test_emb = last_test_emb if reuse else embed(model, test_x, device)
-        train_emb = embed(model, train_x, device)
-        val_emb = embed(model, val_x, device) if val_x is not None else None
+        test_emb = last_test_emb if reuse else embed(model, test_x, device, pipeline=pipeline)
+        train_emb = embed(model, train_x, device, pipeline=pipeline)
+        val_emb = embed(model, val_x, device, pipeline=pipeline) if val_x is not None else None
         exports = {k: np.asarray(v) for k, v in method.export(context(cfg["epochs"])).items()}
         for name, values in exports.items():
             if len(values) != len(labels):

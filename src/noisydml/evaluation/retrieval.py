@@ -2,7 +2,9 @@
 
 Protocol (as PRISM's and SGPS's code): the test split is both query and
 gallery, each query excluded from its own neighbours; embeddings are
-L2-normalised, search is exact. Metrics:
+L2-normalised, search is exact. In-Shop's protocol instead searches its
+queries against a separate gallery (``query_mask``); then R is the number of
+gallery items of the query's class. Metrics:
 
 - Precision@1, MAP@R and R-Precision (R = the query's class size - 1), from
   AccuracyCalculator with k = min(max_k, largest class size - 1);
@@ -47,36 +49,49 @@ class RetrievalCalculator(AccuracyCalculator):
         return super().requires_knn() + [f"recall_at_{k}" for k in self.recall_at]
 
 
-def neighbours_used(labels, recall_at=(), max_k: int = 1023) -> tuple[int, bool]:
+def neighbours_used(labels, recall_at=(), max_k: int = 1023, query_mask=None) -> tuple[int, bool]:
     """``(k, exact)``: neighbours retrieved per query, and whether MAP@R / R-Precision are exact.
 
-    MAP@R and R-Precision need R = (the query's class size - 1) neighbours; with ``max_k`` below the largest
-    class - 1 pytorch-metric-learning divides by the full R while only k neighbours exist, so they are
-    underestimates for the large classes. The metrics JSON and the report flag that (``map_at_r_exact``).
+    MAP@R and R-Precision need R = (the query's class size - 1) neighbours (query/gallery: the class's gallery
+    size); with ``max_k`` below that pytorch-metric-learning divides by the full R while only k neighbours
+    exist, so they are underestimates for the large classes. The metrics JSON and the report flag that
+    (``map_at_r_exact``).
     """
-    largest_class = int(np.bincount(np.asarray(labels, dtype=np.int64)).max())
-    k = max(1, min(max_k, max(largest_class - 1, max(recall_at, default=1))))
-    return k, k >= largest_class - 1
+    labels = np.asarray(labels, dtype=np.int64)
+    if query_mask is None:
+        needed = int(np.bincount(labels).max()) - 1
+    else:
+        needed = int(np.bincount(labels[~np.asarray(query_mask, bool)]).max())
+    k = max(1, min(max_k, max(needed, max(recall_at, default=1))))
+    return k, k >= needed
 
 
 def retrieval_metrics(
     embeddings, labels, recall_at=(1, 2, 4, 8), max_k: int = 1023, nmi: bool = True, seed: int = 0,
-    include: tuple[str, ...] | None = None,
+    include: tuple[str, ...] | None = None, query_mask=None,
 ) -> dict[str, float]:
-    """All retrieval metrics of a test set (query = gallery, self excluded).
+    """All retrieval metrics of a test set: query = gallery, self excluded; or, with ``query_mask`` (True for a
+    query row, False for a gallery row), the queries searched against the gallery (NMI: of the queries).
 
     ``include`` restricts to some metric names (e.g. the cheap ones for per-epoch monitoring).
     """
     emb = torch.as_tensor(np.asarray(embeddings), dtype=torch.float32)
     emb = torch.nn.functional.normalize(emb, dim=1)  # faiss IndexFlatL2 on unit vectors = cosine ranking
-    lab = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+    lab = torch.as_tensor(np.array(labels), dtype=torch.int64)  # a copy: labels may be a read-only view
     if len(emb) != len(lab):
         raise ValueError(f"{len(emb)} embeddings but {len(lab)} labels")
-    largest_class = int(torch.bincount(lab).max())
-    k, _ = neighbours_used(lab.numpy(), recall_at, max_k)
+    if query_mask is None:
+        needed = int(torch.bincount(lab).max()) - 1
+    else:
+        query = torch.as_tensor(np.array(query_mask, dtype=bool))  # a copy: the mask may be read-only
+        if len(query) != len(lab) or not query.any() or query.all():
+            raise ValueError(f"query_mask: {int(query.sum())} queries of {len(query)} rows for {len(lab)} labels; "
+                             "a query/gallery evaluation needs both")
+        needed = int(torch.bincount(lab[~query]).max())
+    k, _ = neighbours_used(lab.numpy(), recall_at, max_k, query_mask)
     # With the query in the gallery, "max_bin_count" means largest class - 1 neighbours; naming it
     # that way keeps the library from warning that an equal integer k is too small.
-    k_arg = "max_bin_count" if k == largest_class - 1 else k
+    k_arg = "max_bin_count" if k == needed else k
     names = metric_names(recall_at)
     if not nmi:
         names.remove("nmi")
@@ -91,5 +106,8 @@ def retrieval_metrics(
         knn_func=FaissKNN(),
         kmeans_func=FaissKMeans(niter=20, seed=seed),
     )
-    result = calc.get_accuracy(emb, lab)
+    if query_mask is None:
+        result = calc.get_accuracy(emb, lab)
+    else:
+        result = calc.get_accuracy(emb[query], lab[query], emb[~query], lab[~query], ref_includes_query=False)
     return {("nmi" if key == "NMI" else key): float(value) for key, value in result.items()}

@@ -17,19 +17,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from noisydml.schema import ParamsError, check_choice
-
-
-def images_to_tensor(images) -> torch.Tensor:
-    """uint8 images (N, H, W, C) -> float (N, C, H, W) scaled to [-1, 1]: what every network here is fed
-    (training, evaluation and pretraining alike)."""
-    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
-    return x.div_(127.5).sub_(1.0)
 
 
 class SmallCNN(nn.Module):

@@ -28,6 +28,10 @@ def noise_inputs(dataset: str, ds, train, layout: Layout, feature_run: dict | No
 
     def features(cfg: dict):
         if cfg["source"] == "pixels":
+            if ds.stored_as_files:
+                raise ValueError(f"{dataset}: features source 'pixels' reads in-memory arrays, and this dataset's "
+                                 "images are files; use features source 'run' (a run's embeddings, as the papers' "
+                                 "small-cluster noise does)")
             t0 = time.perf_counter()
             feats = pixel_features(ds.images[train["sample_id"].to_numpy()], cfg["pca_dim"], cfg["pixel_side"],
                                    seed=0)
@@ -55,7 +59,7 @@ def corrupt(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -
             raise ParamsError(f"noise.{noise} clusters a run's embeddings, but noise_runs has no entry {key!r} "
                               "naming the run ({dataset, noise, run: {noise, method, seed}})")
         feature_run = params["noise_runs"][key]["run"]
-    ds, train, labels = train_split(layout.prepared(dataset))
+    ds, train, labels = train_split(layout.prepared(dataset), layout.root)
     names = train.drop_duplicates("label").sort_values("label")["class_name"].tolist()
     inputs = noise_inputs(dataset, ds, train, layout, feature_run)
     table, per_class, stats = corrupt_labels(train["sample_id"].to_numpy(), labels, cfg, inputs, class_names=names)

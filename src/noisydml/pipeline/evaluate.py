@@ -66,9 +66,11 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
         raise FileNotFoundError(f"{run / 'test_embeddings.npz'}: missing; run the train stage first (dvc repro)")
     data = np.load(run / "test_embeddings.npz")
     cfg = params["evaluate"]
+    # In-Shop's protocol: queries against a gallery; otherwise every test row queries all the others
+    query_mask = data["query_mask"] if "query_mask" in data.files else None
     metrics = retrieval_metrics(data["embeddings"], data["labels"], recall_at=cfg["recall_at"],
-                                max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed)
-    k_used, exact = neighbours_used(data["labels"], cfg["recall_at"], cfg["max_k"])
+                                max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed, query_mask=query_mask)
+    k_used, exact = neighbours_used(data["labels"], cfg["recall_at"], cfg["max_k"], query_mask)
     run_info = io.read_json(run / "run.json")
     history = pd.read_csv(run / "history.csv")
     # per-epoch scores of the method's decisions (selection precision/recall, weights, pseudo-labels)
@@ -91,7 +93,9 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
     result = {
         **({"pseudo_labels": quality} if quality else {}),
         "dataset": dataset, "noise": noise, "method": name, "seed": seed,
-        "num_queries": int(len(data["labels"])), "num_classes": int(len(np.unique(data["labels"]))),
+        "num_queries": int(len(data["labels"]) if query_mask is None else query_mask.sum()),
+        **({"num_gallery": int((~query_mask).sum())} if query_mask is not None else {}),
+        "num_classes": int(len(np.unique(data["labels"]))),
         "metrics": metrics, "training": training, "k_used": k_used, "map_at_r_exact": exact,
         "selected_epoch": run_info.get("selected_epoch"), "model_selection": run_info.get("model_selection"),
         "inputs_sha256": inputs_digest(params, run),

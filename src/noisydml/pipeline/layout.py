@@ -17,6 +17,10 @@ PRETRAINED_WEIGHTS = "backbone.pt"
 class Layout:
     root: Path = Path(".")
 
+    def raw(self, dataset: str) -> Path:
+        """The download stage's output: archives, the files tree, ``download.json``."""
+        return self.root / "data" / "raw" / dataset
+
     def prepared(self, dataset: str) -> Path:
         return self.root / "data" / "prepared" / dataset
 

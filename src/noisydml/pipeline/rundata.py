@@ -81,16 +81,21 @@ def validation_split(labels: np.ndarray, num_classes: int, seed: int) -> np.ndar
 
 
 def load_run_data(dataset: str, noise: str, layout: Layout, validation_classes: int = 0, seed: int = 0) -> RunData:
-    ds, train_rows, _ = train_split(layout.prepared(dataset))
+    ds, train_rows, _ = train_split(layout.prepared(dataset), layout.root)
     check_features_fresh(io.read_json(layout.noisy(dataset, noise) / "stats.json"), layout)
     noisy = load_noisy_labels(layout.noisy(dataset, noise), train_rows["sample_id"].to_numpy())
     truth = ground_truth(noisy, pd.read_csv(layout.noisy(dataset, noise) / "per_class.csv"))
     test_rows = ds.split("test")
-    images = np.asarray(ds.images)
+    query_mask = None
+    if (ds.manifest["split"] == "query").any():  # In-Shop's protocol: queries searched against a gallery
+        test_rows = ds.manifest[ds.manifest["split"].isin(["query", "gallery"])].reset_index(drop=True)
+        query_mask = (test_rows["split"] == "query").to_numpy()
+    # arrays are read into memory (small); files stay paths, decoded per batch
+    images = ds.images if ds.stored_as_files else np.asarray(ds.images)
     train_images = images[train_rows["sample_id"].to_numpy()]
     labels = noisy["label"].to_numpy()
     sample_ids = train_rows["sample_id"].to_numpy()
-    test_set = ImageSet(images[test_rows["sample_id"].to_numpy()], test_rows["label"].to_numpy())
+    test_set = ImageSet(images[test_rows["sample_id"].to_numpy()], test_rows["label"].to_numpy(), query_mask)
     labels_digest = pd.util.hash_pandas_object(noisy[["sample_id", "label", "true_label", "is_noisy"]],
                                                index=False).sum()
     fingerprint = f"{ds.info['images_sha256']}:{int(labels_digest)}"

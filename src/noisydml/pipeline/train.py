@@ -19,8 +19,9 @@ from noisydml import io
 from noisydml.config import (
     bspml_cell_run, chain_train_section, check_in_grid, embedding_size_run, run_name, sgps_ablation_run,
 )
+from noisydml.data.images import InputPipeline
 from noisydml.data.prepared import sha256_file
-from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, embed
+from noisydml.engine.trainer import RunSpec, Trainer, embed
 from noisydml.methods import check_frozen_backbone, check_method
 from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
@@ -200,8 +201,9 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
     with io.atomic_dir(out) as tmp:
         torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),
                     "train": params["train"], "method_name": method}, tmp / "model.pt")
+        query = {} if data.test_set.query_mask is None else {"query_mask": data.test_set.query_mask}
         np.savez(tmp / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
-                 labels=data.test_set.labels, sample_ids=data.test_rows["sample_id"].to_numpy())
+                 labels=data.test_set.labels, sample_ids=data.test_rows["sample_id"].to_numpy(), **query)
         # every training sample, in the split's order (held-out and chain-excluded ones included)
         train_embeddings = np.empty((len(data.train_rows), result.train_embeddings.shape[1]), np.float32)
         position = pd.Series(np.arange(len(data.train_rows)), index=data.train_rows["sample_id"].to_numpy())
@@ -211,8 +213,10 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
             train_embeddings[data.val_index] = result.val_embeddings.numpy()
             others = np.setdiff1d(others, data.val_index)
         if len(others):  # samples a chained run left out: embedded by the final model too
-            x = ImageSet(data.train_images[others], np.zeros(len(others))).tensor()
-            train_embeddings[others] = embed(result.model, x, next(result.model.parameters()).device).numpy()
+            device = next(result.model.parameters()).device
+            pipeline = InputPipeline.from_params(params["train"], params["runtime"], seed, device)
+            train_embeddings[others] = embed(result.model, data.train_images[others], device,
+                                             pipeline=pipeline).numpy()
         np.savez(tmp / TRAIN_EMBEDDINGS, embeddings=train_embeddings,
                  sample_ids=data.train_rows["sample_id"].to_numpy(), labels=data.noisy["label"].to_numpy(),
                  true_labels=data.noisy["true_label"].to_numpy())

@@ -1,0 +1,212 @@
+"""Where a run's images come from, and how they become network inputs.
+
+Two stores sit behind one interface (:class:`InputPipeline`), so the trainer never knows which it has:
+
+- **arrays**: ``(N, H, W, C)`` uint8 in memory (the embedded glyphs). Each batch is converted on the fly by
+  :func:`images_to_tensor` (scaled to [-1, 1]); no augmentation. Metrics are bit-identical to
+  the converted-once tensors of earlier versions (the conversion is element-wise).
+- **files** (:class:`ImageFiles`): the real benchmarks. Nothing is held but the paths; every item is decoded
+  when a batch needs it, in a ``torch.utils.data.DataLoader`` with ``runtime.loader_workers`` workers (pinned
+  memory on CUDA), whose batch sampler is the trainer's precomputed P x K batches. Training inputs get the
+  papers' augmentation (``RandomResizedCrop(crop, scale=(scale_min, 1))`` + horizontal flip), evaluation
+  inputs ``Resize(resize)`` + ``CenterCrop(crop)``; both are normalised with the statistics the backbone's
+  weights expect (``train.input.normalisation``).
+
+Augmentation is seeded per (run seed, epoch, sample id) (:func:`augmentation_seed`), inside a forked torch RNG:
+the crops do not depend on the number of workers, on the batch a sample falls in, or on whether the run was
+resumed, and the trainer's own RNG stream is untouched. A resumed run therefore replays the same crops and stays
+bit-exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+#: ImageNet channel statistics (torchvision's and timm's ImageNet weights are trained with them).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: (x - 0.5) / 0.5: the [-1, 1] scaling the embedded backbone is trained with (:func:`images_to_tensor`).
+UNIT_MEAN = (0.5, 0.5, 0.5)
+UNIT_STD = (0.5, 0.5, 0.5)
+#: Eval-mode pseudo-epoch passed to the dataset: no augmentation.
+EVAL = -1
+
+
+class ImageFiles:
+    """Image files decoded per item: ``paths`` (absolute) and ``keys`` (the manifest's sample ids, which seed each
+    sample's augmentation). Indexing with an array, a mask or a slice gives the subset, as a NumPy array would."""
+
+    channels = 3  # decoded as RGB
+
+    def __init__(self, paths: Sequence[str] | np.ndarray, keys: Sequence[int] | np.ndarray):
+        self.paths = np.asarray(paths, dtype=object)
+        self.keys = np.asarray(keys, dtype=np.int64)
+        if self.paths.shape != self.keys.shape or self.paths.ndim != 1:
+            raise ValueError(f"ImageFiles: {self.paths.shape} paths but {self.keys.shape} keys")
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index) -> "ImageFiles":
+        if isinstance(index, (int, np.integer)):
+            index = [index]
+        if isinstance(index, torch.Tensor):
+            index = index.numpy()
+        return ImageFiles(self.paths[index], self.keys[index])
+
+    def __repr__(self) -> str:
+        return f"ImageFiles({len(self)} files)"
+
+
+def augmentation_seed(seed: int, epoch: int, key: int) -> int:
+    """The torch seed of one sample's augmentation in one epoch of one run."""
+    return int(np.random.SeedSequence([seed, epoch, int(key)]).generate_state(1)[0])
+
+
+def images_to_tensor(images) -> torch.Tensor:
+    """uint8 images (N, H, W, C) -> float (N, C, H, W) scaled to [-1, 1]: what every network here is fed from
+    arrays (training, evaluation and pretraining alike)."""
+    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
+    return x.div_(127.5).sub_(1.0)
+
+
+def image_channels(images) -> int:
+    """Channels of the network input made from ``images`` (arrays: their last axis; files: RGB)."""
+    if isinstance(images, ImageFiles):
+        return ImageFiles.channels
+    return int(images.shape[3]) if images.ndim == 4 else int(images.shape[1])
+
+
+@dataclass(frozen=True)
+class InputTransform:
+    """``train.input``, resolved: what a file-stored image goes through (arrays ignore it)."""
+
+    crop: int = 224
+    resize: int = 256
+    scale_min: float = 0.2
+    flip: bool = True
+    augment: bool = True
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+
+    def build(self, train: bool):
+        from torchvision.transforms import v2
+
+        if train and self.augment:
+            steps = [v2.RandomResizedCrop(self.crop, scale=(self.scale_min, 1.0), antialias=True)]
+            if self.flip:
+                steps.append(v2.RandomHorizontalFlip())
+        else:
+            steps = [v2.Resize(self.resize, antialias=True), v2.CenterCrop(self.crop)]
+        return v2.Compose([*steps, v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+                           v2.Normalize(list(self.mean), list(self.std))])
+
+
+def normalisation(train_cfg: dict) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Mean and std of ``train.input.normalisation``: ``auto`` takes ImageNet's statistics when a ResNet starts
+    from ImageNet weights or a weights file (torchvision's and timm's ResNets are trained with them), and the
+    [-1, 1] scaling of the embedded backbone otherwise (ours)."""
+    choice = train_cfg["input"]["normalisation"]
+    if choice == "auto":
+        imagenet = train_cfg["backbone"].startswith("resnet") and train_cfg["pretrained"] not in ("none", "embedded")
+        choice = "imagenet" if imagenet else "unit"
+    return (IMAGENET_MEAN, IMAGENET_STD) if choice == "imagenet" else (UNIT_MEAN, UNIT_STD)
+
+
+def input_transform(train_cfg: dict) -> InputTransform:
+    cfg = train_cfg["input"]
+    mean, std = normalisation(train_cfg)
+    return InputTransform(crop=cfg["crop"], resize=cfg["resize"], scale_min=cfg["scale_min"], flip=cfg["flip"],
+                          augment=cfg["augment"], mean=mean, std=std)
+
+
+class _FileDataset(torch.utils.data.Dataset):
+    """Items are ``(row, epoch)``: row ``row`` of ``files``, augmented for ``epoch`` (``EVAL``: not augmented)."""
+
+    def __init__(self, files: ImageFiles, transform: InputTransform, seed: int):
+        self.files, self.seed = files, seed
+        self.train_transform = transform.build(train=True)
+        self.eval_transform = transform.build(train=False)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, item: tuple[int, int]) -> torch.Tensor:
+        row, epoch = item
+        image = decode(self.files.paths[row])
+        if epoch == EVAL:
+            return self.eval_transform(image)
+        # the sample's own seed, in a forked RNG: the crop depends on (seed, epoch, sample) only, and the
+        # caller's RNG stream (the trainer's, with 0 workers) is left as it was
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(augmentation_seed(self.seed, epoch, self.files.keys[row]))
+            return self.train_transform(image)
+
+
+def decode(path: str | Path):
+    """The image at ``path`` as an RGB PIL image, fully loaded; an unreadable file names itself."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            return img.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        raise OSError(f"cannot read image {path}: {e}") from e
+
+
+def _worker_init(_: int) -> None:
+    # each worker decodes one image at a time: more than one torch thread per worker only oversubscribes the CPU
+    torch.set_num_threads(1)
+
+
+@dataclass
+class InputPipeline:
+    """Batches of network inputs from either store (see the module docstring)."""
+
+    transform: InputTransform = InputTransform()
+    seed: int = 0
+    workers: int = 0
+    pin_memory: bool = False
+
+    @classmethod
+    def from_params(cls, train_cfg: dict, runtime: dict, seed: int, device: torch.device | None = None):
+        return cls(input_transform(train_cfg), seed, runtime.get("loader_workers", 0),
+                   pin_memory=device is not None and device.type == "cuda")
+
+    def _loader(self, files: ImageFiles, batches: list[list[tuple[int, int]]]):
+        return torch.utils.data.DataLoader(
+            _FileDataset(files, self.transform, self.seed), batch_sampler=batches, num_workers=self.workers,
+            pin_memory=self.pin_memory, worker_init_fn=_worker_init if self.workers else None,
+            # the loader draws a base seed per iteration (unused: crops are seeded per sample); from its own
+            # generator, so the caller's RNG stream does not depend on which store the images are in
+            generator=torch.Generator().manual_seed(self.seed),
+        )
+
+    def train_batches(self, images, batches: list[np.ndarray], epoch: int) -> Iterator[torch.Tensor]:
+        """The inputs of ``batches`` (row indices of ``images``) of training epoch ``epoch``, in order."""
+        if not isinstance(images, ImageFiles):
+            for idx in batches:
+                yield _as_input(images, idx, images_to_tensor)
+            return
+        yield from self._loader(images, [[(int(r), epoch) for r in idx] for idx in batches])
+
+    def eval_batches(self, images, batch_size: int) -> Iterator[torch.Tensor]:
+        """Every image of ``images`` in row order, ``batch_size`` at a time, without augmentation."""
+        blocks = [np.arange(i, min(i + batch_size, len(images))) for i in range(0, len(images), batch_size)]
+        if not isinstance(images, ImageFiles):
+            for idx in blocks:
+                yield _as_input(images, slice(int(idx[0]), int(idx[-1]) + 1), images_to_tensor)
+            return
+        yield from self._loader(images, [[(int(r), EVAL) for r in idx] for idx in blocks])
+
+
+def _as_input(images, index, convert) -> torch.Tensor:
+    # arrays (N, H, W, C) uint8 are converted; a tensor is taken to be network input already (N, C, H, W)
+    if isinstance(images, torch.Tensor):
+        return images[index]
+    return convert(images[index])

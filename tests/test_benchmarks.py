@@ -1,0 +1,292 @@
+"""The seven benchmarks: for each, a tiny archive (or URL list) in the dataset's real layout, served on 127.0.0.1,
+downloaded, verified, extracted and prepared by the stages, with the official split and the count check (scaled
+to the fixture through ``expect``)."""
+
+import hashlib
+import io
+import tarfile
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import jpeg_bytes, tar_bytes, zip_bytes
+from noisydml.data import DatasetError
+from noisydml.data.download import DownloadError
+from noisydml.data.prepared import PreparedDataset
+from noisydml.pipeline.check import validate_all
+from noisydml.pipeline.download import download
+from noisydml.pipeline.layout import Layout
+from noisydml.pipeline.prepare import prepare
+
+
+def _serve(server, files: dict[str, bytes]) -> dict:
+    """Serve ``files`` (archive name -> bytes); return the ``archives`` override pointing at them."""
+    base, served = server
+    out = {}
+    for name, data in files.items():
+        served.files[f"/{name}"] = data
+        out[name] = {"url": f"{base}/{name}", "sha256": hashlib.sha256(data).hexdigest()}
+    return out
+
+
+def _params(raw, name: str, cfg: dict) -> dict:
+    raw["datasets"] = {name: cfg}
+    raw["grid"].update(datasets=[name], run_noises=[])
+    raw["chains"], raw["noise_runs"] = {}, {}
+    raw["timing"]["dataset"] = name
+    raw["runtime"].update(progress=False, prepare_workers=1)
+    raw["train"]["batch"] = {"classes": 2, "per_class": 2}
+    return validate_all(raw)
+
+
+def _run(params, name, tmp_path):
+    layout = Layout(tmp_path)
+    record = download(params, name, layout)
+    info = prepare(params, name, layout)
+    return record, info, PreparedDataset.load(layout.prepared(name), base_dir=tmp_path)
+
+
+def _counts(ds):
+    return {s: (int((ds.manifest["split"] == s).sum()), int(ds.manifest.loc[ds.manifest["split"] == s, "label"]
+                                                            .nunique())) for s in sorted(set(ds.manifest["split"]))}
+
+
+def test_cub200(tmp_path, raw_params, local_server):
+    classes = {1: "001.Black_footed_Albatross", 2: "002.Laysan_Albatross", 101: "101.White_Pelican",
+               102: "102.Western_Wood_Pewee"}
+    members, images, labels, n = {}, [], [], 0
+    for cid, cname in classes.items():
+        for i in range(3):
+            n += 1
+            rel = f"{cname}/{cname[4:]}_{i:04d}.jpg"
+            members[f"CUB_200_2011/images/{rel}"] = jpeg_bytes(n)
+            images.append(f"{n} {rel}")
+            labels.append(f"{n} {cid}")
+    members["CUB_200_2011/images.txt"] = ("\n".join(images) + "\n").encode()
+    members["CUB_200_2011/image_class_labels.txt"] = ("\n".join(labels) + "\n").encode()
+    members["CUB_200_2011/classes.txt"] = "".join(f"{c} {n}\n" for c, n in classes.items()).encode()
+    archives = _serve(local_server, {"CUB_200_2011.tgz": tar_bytes(members)})
+    expect = {"train_samples": 6, "test_samples": 6, "train_classes": 2, "test_classes": 2}
+    params = _params(raw_params, "cub", {"kind": "cub200", "archives": archives, "expect": expect})
+    record, info, ds = _run(params, "cub", tmp_path)
+    assert record["archives"][0]["verified"] and info["storage"] == "files"
+    assert _counts(ds) == {"test": (6, 2), "train": (6, 2)}
+    assert set(ds.split("train")["class_name"]) == {"1", "2"}
+    first = ds.manifest.iloc[0]
+    assert (tmp_path / ds.info["images_root"] / first["path"]).is_file() and first["width"] == 20
+    # the official counts are checked: the unscaled check stops, naming both figures
+    params = _params(raw_params, "cub", {"kind": "cub200", "archives": archives})
+    with pytest.raises(DatasetError, match="train samples: the official count is 5,864, the files give 6"):
+        prepare(params, "cub", Layout(tmp_path))
+    # a re-run of the download stage fetches nothing
+    _, served = local_server
+    before = len(served.log)
+    download(_params(raw_params, "cub", {"kind": "cub200", "archives": archives, "expect": expect}), "cub",
+             Layout(tmp_path))
+    assert len(served.log) == before
+
+
+def _cars_annos(rows: list[tuple[str, int]]) -> bytes:
+    from scipy.io import savemat
+
+    annotations = np.zeros((1, len(rows)), dtype=[("relative_im_path", "O"), ("class", "O"), ("test", "O")])
+    for i, (path, cls) in enumerate(rows):
+        annotations[0, i] = (path, np.array([[cls]], np.uint8), np.array([[0]], np.uint8))
+    buf = io.BytesIO()
+    savemat(buf, {"annotations": annotations, "class_names": np.array(["a", "b"], dtype=object)})
+    return buf.getvalue()
+
+
+def _cars196_files(classes=(1, 2, 99, 100), per_class=2) -> dict[str, bytes]:
+    members, rows = {}, []
+    for cls in classes:
+        for i in range(per_class):
+            path = f"car_ims/{len(rows) + 1:06d}.jpg"
+            members[path] = jpeg_bytes(1000 + len(rows))
+            rows.append((path, cls))
+    return {"car_ims.tgz": tar_bytes(members), "cars_annos.mat": _cars_annos(rows)}
+
+
+def test_cars196(tmp_path, raw_params, local_server):
+    archives = _serve(local_server, _cars196_files())
+    expect = {"train_samples": 4, "test_samples": 4, "train_classes": 2, "test_classes": 2}
+    params = _params(raw_params, "cars", {"kind": "cars196", "archives": archives, "expect": expect})
+    record, _, ds = _run(params, "cars", tmp_path)
+    assert _counts(ds) == {"test": (4, 2), "train": (4, 2)}
+    assert set(ds.split("test")["class_name"]) == {"99", "100"}
+    assert all(a["verified"] for a in record["archives"])  # checksums given by the test
+
+
+def test_sop_numeric_labels_follow_the_official_lists(tmp_path, raw_params, local_server):
+    # classes 1, 2 and 10 train, 3 and 11 test: neither text order nor "first half" gives this split
+    split = {1: "train", 2: "train", 10: "train", 3: "test", 11: "test"}
+    members, lists, image_id = {}, {"train": [], "test": []}, 0
+    for cls, part in split.items():
+        for i in range(2):
+            image_id += 1
+            rel = f"bicycle_final/{cls}_{i}.JPG"
+            members[f"Stanford_Online_Products/{rel}"] = jpeg_bytes(image_id)
+            lists[part].append(f"{image_id} {cls} 1 {rel}")
+    for part, name in (("train", "Ebay_train.txt"), ("test", "Ebay_test.txt")):
+        members[f"Stanford_Online_Products/{name}"] = ("image_id class_id super_class_id path\n"
+                                                        + "\n".join(lists[part]) + "\n").encode()
+    archives = _serve(local_server, {"Stanford_Online_Products.zip": zip_bytes(members)})
+    expect = {"train_samples": 6, "test_samples": 4, "train_classes": 3, "test_classes": 2}
+    params = _params(raw_params, "sop", {"kind": "sop", "archives": archives, "expect": expect})
+    _, _, ds = _run(params, "sop", tmp_path)
+    assert set(ds.split("train")["class_name"]) == {"1", "2", "10"}
+    order = ds.manifest.groupby("class_name")["label"].first()
+    assert list(order.sort_values().index) == ["1", "2", "3", "10", "11"]  # numerically, not as text
+
+
+def test_inshop_query_gallery_from_its_partition_list_given_by_hand(tmp_path, raw_params):
+    members, lines = {}, []
+    for item in range(1, 5):
+        for i, status in enumerate(["train", "train"] if item <= 2 else ["query", "gallery", "gallery"]):
+            rel = f"img/WOMEN/Dresses/id_{item:08d}/0{i}_1_front.jpg"
+            members[rel] = jpeg_bytes(item * 10 + i)
+            lines.append(f"{rel} id_{item:08d} {status}")
+    downloads = tmp_path / "data/raw/shop/downloads"
+    downloads.mkdir(parents=True)
+    (downloads / "img.zip").write_bytes(zip_bytes(members))  # given out by the owners: put in place by hand
+    (downloads / "list_eval_partition.txt").write_text(f"{len(lines)}\nimage_name item_id evaluation_status\n"
+                                                       + "\n".join(lines) + "\n")
+    expect = {"train_samples": 4, "query_samples": 2, "gallery_samples": 4, "train_classes": 2,
+              "query_classes": 2, "gallery_classes": 2}
+    params = _params(raw_params, "shop", {"kind": "inshop", "expect": expect})
+    record, info, ds = _run(params, "shop", tmp_path)
+    assert _counts(ds) == {"gallery": (4, 2), "query": (2, 2), "train": (4, 2)}
+    assert not any(a["verified"] for a in record["archives"])  # nothing pinned: recorded, and said so
+    assert len(record["archives"][0]["sha256"]) == 64
+
+
+def test_an_owner_only_dataset_without_its_files_says_where_to_put_them(tmp_path, raw_params):
+    params = _params(raw_params, "shop", {"kind": "inshop"})
+    with pytest.raises(DownloadError) as e:
+        download(params, "shop", Layout(tmp_path))
+    assert "on request from the DeepFashion authors" in str(e.value)
+    assert str((tmp_path / "data/raw/shop/downloads/img.zip").resolve()) in str(e.value)
+
+
+def test_food101n_first_50_classes_train_with_verification_flags(tmp_path, raw_params, local_server):
+    names = sorted(f"dish_{i:02d}" for i in range(52))
+    noisy = {"Food-101N_release/meta/classes.txt": ("class_name\n" + "\n".join(names) + "\n").encode()}
+    keys, verified = [], []
+    for c, name in enumerate(names):
+        for i in range(2):
+            key = f"{name}/{c}_{i}.jpg"
+            noisy[f"Food-101N_release/images/{key}"] = jpeg_bytes(c * 10 + i)
+            keys.append(key)
+            if c < 3:
+                verified.append(f"{key}\t{int(i == 0)}")
+    noisy["Food-101N_release/meta/imagelist.tsv"] = ("class_name/key\n" + "\n".join(keys) + "\n").encode()
+    noisy["Food-101N_release/meta/verified_train.tsv"] = ("class_name/key\tverification_label\n"
+                                                          + "\n".join(verified[:4]) + "\n").encode()
+    noisy["Food-101N_release/meta/verified_val.tsv"] = ("class_name/key\tverification_label\n"
+                                                        + "\n".join(verified[4:]) + "\n").encode()
+    food = {"food-101/meta/classes.txt": ("\n".join(names) + "\n").encode()}
+    train_txt, test_txt = [], []
+    for name in names:
+        for i in range(3):
+            key = f"{name}/{i}"
+            food[f"food-101/images/{key}.jpg"] = jpeg_bytes(500 + i)
+            (test_txt if i == 0 else train_txt).append(key)
+    food["food-101/meta/train.txt"] = ("\n".join(train_txt) + "\n").encode()
+    food["food-101/meta/test.txt"] = ("\n".join(test_txt) + "\n").encode()
+    archives = _serve(local_server, {"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)})
+    expect = {"train_samples": 100, "test_samples": 6, "test_classes": 2}
+    params = _params(raw_params, "food", {"kind": "food101n", "archives": archives, "expect": expect})
+    _, info, ds = _run(params, "food", tmp_path)
+    assert _counts(ds) == {"test": (6, 2), "train": (100, 50)}
+    assert set(ds.split("test")["class_name"]) == {"dish_50", "dish_51"}
+    flags = ds.split("train")["is_clean"]
+    assert flags.notna().sum() == 6 and flags.sum() == 3  # verified flags kept; unverified stay unknown
+    # Food-101's own test split only
+    params = _params(raw_params, "food", {"kind": "food101n", "archives": archives, "test_images": "test",
+                                          "expect": {**expect, "test_samples": 2}})
+    assert prepare(params, "food", Layout(tmp_path))["num_test_samples"] == 2
+
+
+def test_cars98n_fetches_its_url_list_and_records_dead_links(tmp_path, raw_params, local_server):
+    base, served = local_server
+    rows = []
+    for label in range(2):
+        for i in range(3):
+            name = f"{label}_{i}.jpg"
+            served.files[f"/web/{name}"] = jpeg_bytes(label * 10 + i)
+            rows.append(f"{base}/web/{name},{label}")
+    rows.append(f"{base}/web/dead.jpg,0")
+    served.files["/web/page.jpg"] = b"<html>gone</html>"
+    rows.append(f"{base}/web/page.jpg,1")
+    rows.append(f"{base}/web/0_0.jpg,1")  # the same image name under another class is kept apart
+    lst = ("\n".join(rows) + "\n").encode()
+    archives = _serve(local_server, {"CARS_98N_list.csv": lst, **_cars196_files()})
+    expect = {"train_samples": 7, "train_classes": 2, "test_samples": 4, "test_classes": 2}
+    params = _params(raw_params, "carsn", {"kind": "cars98n", "archives": archives, "expect": expect,
+                                           "retries": 0, "fetch_workers": 2})
+    record, _, ds = _run(params, "carsn", tmp_path)
+    assert record["fetched"] == {"listed": 9, "available": 7, "ok": 7, "dead": 1, "not_image": 1}
+    fetched = pd.read_csv(tmp_path / "data/raw/carsn/files/fetched.csv")
+    assert fetched.loc[fetched["url"].str.endswith("dead.jpg"), "status"].item() == "dead"
+    assert _counts(ds) == {"test": (4, 2), "train": (7, 2)}
+    assert set(ds.split("train")["class_name"]) == {"1", "2"}  # the list's 0..97 are Cars196's ids 1..98
+
+
+def test_clothing1m_shares_its_classes_and_keeps_verified_flags(tmp_path, raw_params):
+    downloads = tmp_path / "data/raw/cloth/downloads"
+    downloads.mkdir(parents=True)
+    noisy_kv, clean_kv, train_keys, test_keys = [], [], [], []
+    for part in range(10):
+        members = {}
+        for i in range(2 if part < 2 else 0):
+            key = f"images/{part}/{i:02d}/{part}{i}.jpg"
+            members[key] = jpeg_bytes(part * 10 + i)
+            if part == 0:
+                train_keys.append(key)
+                noisy_kv.append(f"{key} {i}")
+                if i == 0:
+                    clean_kv.append(f"{key} 1")  # verified: the noisy label 0 is wrong
+            else:
+                test_keys.append(key)
+                clean_kv.append(f"{key} {i}")
+        members.setdefault(f"images/{part}/.keep", b"")
+        (downloads / f"{part}.tar").write_bytes(tar_bytes(members, gz=False))
+    ann = {"annotations/noisy_label_kv.txt": "\n".join(noisy_kv) + "\n",
+           "annotations/clean_label_kv.txt": "\n".join(clean_kv) + "\n",
+           "annotations/noisy_train_key_list.txt": "\n".join(train_keys) + "\n",
+           "annotations/clean_test_key_list.txt": "\n".join(test_keys) + "\n"}
+    (downloads / "annotations.zip").write_bytes(zip_bytes({k: v.encode() for k, v in ann.items()}))
+    expect = {"train_samples": 2, "test_samples": 2, "train_classes": 2, "test_classes": 2}
+    params = _params(raw_params, "cloth", {"kind": "clothing1m", "expect": expect})
+    _, _, ds = _run(params, "cloth", tmp_path)
+    assert _counts(ds) == {"test": (2, 2), "train": (2, 2)}  # the same 2 classes on both sides
+    train = ds.split("train")
+    assert train["is_clean"].iloc[0] == 0 and pd.isna(train["is_clean"].iloc[1])
+
+
+def test_local_dir_reads_an_extracted_copy_without_downloading(tmp_path, raw_params):
+    root = tmp_path / "my_cars"
+    files = _cars196_files()
+    with tarfile.open(fileobj=io.BytesIO(files["car_ims.tgz"])) as tf:
+        tf.extractall(root, filter="data")
+    (root / "cars_annos.mat").write_bytes(files["cars_annos.mat"])
+    expect = {"train_samples": 4, "test_samples": 4, "train_classes": 2, "test_classes": 2}
+    params = _params(raw_params, "cars", {"kind": "cars196", "local_dir": str(root), "expect": expect})
+    record, _, ds = _run(params, "cars", tmp_path)
+    assert "nothing downloaded" in record["note"] and len(ds.manifest) == 8
+
+
+def test_params_name_the_wrong_key(raw_params):
+    from noisydml.schema import ParamsError
+
+    with pytest.raises(ParamsError, match=r"datasets.cub.expect: 'train_images' is not a count; allowed: "):
+        _params(raw_params, "cub", {"kind": "cub200", "expect": {"train_images": 3}})
+    with pytest.raises(ParamsError, match=r"datasets.cub.archives: 'cub.tgz' is not one of cub200's files"):
+        _params(raw_params, "cub", {"kind": "cub200", "archives": {"cub.tgz": {"url": "x"}}})
+
+
+def test_the_embedded_dataset_downloads_nothing(tmp_path, raw_params):
+    params = validate_all(raw_params)
+    record = download(params, "glyphs", Layout(tmp_path))
+    assert record == {"dataset": "glyphs", "kind": "glyphs", "note": "kind 'glyphs': nothing to download"}
