@@ -50,7 +50,7 @@ def dvc_repo(root, raw):
 
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, root / name)
-    for name in ("stages", "plot_templates", "timing"):  # timing/: the report's dependency
+    for name in ("stages", "plot_templates", "timing", "references"):  # timing/, references/: the report's
         shutil.copytree(REPO / name, root / name)
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))

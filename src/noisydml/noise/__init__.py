@@ -17,6 +17,8 @@ Kinds:
 - ``symmetric_per_class``: exactly ``round(rate * n_c)`` flips per class (BSPML).
 - ``small_cluster``: whole classes dissolved into k-means clusters that are
   scattered over the kept classes (PRISM, SGPS; open-set noise).
+- ``published_list``: the authors' exact noisy lists (PRISM's ``datalist/``; see
+  :mod:`noisydml.noise.published_list`), matched to the manifest by image path.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from noisydml.schema import Field, ParamsError, check_choice, check_kinded, check_section
+from noisydml.noise.published_list import check_published_list, lists_for, published_list_labels
 from noisydml.noise.small_cluster import NoiseInputError, dissolved_classes, small_cluster_noise
 from noisydml.noise.symmetric import symmetric_noise, symmetric_per_class_noise
 
@@ -42,6 +45,10 @@ class NoiseInputs:
     features: Callable[[dict], tuple[np.ndarray, dict]] | None = None
     #: Per sample: 1 verified clean, 0 verified noisy, NaN unknown (real-noise datasets).
     is_clean: np.ndarray | None = None
+    #: Per sample: the image path relative to the dataset's files tree (file-stored datasets only).
+    paths: np.ndarray | None = None
+    #: The dataset's name in params.yaml (kinds whose settings differ per dataset).
+    dataset: str | None = None
 
 
 @dataclass
@@ -93,6 +100,15 @@ def _small_cluster(labels: np.ndarray, cfg: dict, inputs: NoiseInputs) -> NoiseO
     stats = _cluster_stats(result.dissolved, result.cluster_sizes)
     stats["features"] = described
     return NoiseOutcome(result.labels, extra_stats=stats)
+
+
+def _published_list(labels: np.ndarray, cfg: dict, inputs: NoiseInputs) -> NoiseOutcome:
+    if inputs.paths is None:
+        raise NoiseInputError("published_list noise matches the lists to the images by path; this dataset's images "
+                              "are in-memory arrays without paths (use a file-stored dataset: cub200, cars196, sop)")
+    noisy, is_noisy, stats = published_list_labels(np.asarray(inputs.paths), labels,
+                                                   lists_for(cfg, inputs.dataset))
+    return NoiseOutcome(noisy, is_noisy=is_noisy, extra_stats={"published_list": stats})
 
 
 def _cluster_stats(dissolved: np.ndarray, sizes: np.ndarray) -> dict:
@@ -166,6 +182,17 @@ NOISE_KINDS: dict[str, NoiseKind] = {
         description="whole classes dissolved into k-means clusters, each sent to a random kept class",
         min_class_size=2,
         extra_check=_check_small_cluster,
+    ),
+    "published_list": NoiseKind(
+        schema={
+            "rate": Field(float, min=0.0, max=1.0, help="the rate the lists were published for (the paper's setting)"),
+            "noise_model": Field(str, choices=("symmetric", "small_cluster"),
+                                 help="the paper's noise model the lists realise (matches the papers' table columns)"),
+            "lists": Field(dict, help="per dataset: {noisy_list, kept_list, clean_list, strip_prefix}"),
+        },
+        apply=_published_list,
+        description="the authors' published noisy training list; noisy = absent from their kept list",
+        extra_check=lambda cfg, raw, where: check_published_list(cfg, raw, where),
     ),
 }
 

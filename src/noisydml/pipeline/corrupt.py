@@ -47,7 +47,8 @@ def noise_inputs(dataset: str, ds, train, layout: Layout, feature_run: dict | No
     is_clean = None
     if "is_clean" in train.columns:
         is_clean = pd.to_numeric(train["is_clean"], errors="coerce").to_numpy(dtype=float)
-    return NoiseInputs(features=features, is_clean=is_clean)
+    paths = train["path"].to_numpy() if ds.stored_as_files else None
+    return NoiseInputs(features=features, is_clean=is_clean, paths=paths, dataset=dataset)
 
 
 def corrupt(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -> dict:

@@ -330,64 +330,6 @@ def bspml_cells_lines(table: pd.DataFrame, cells: dict) -> list[str]:
               for r in table.to_dict("records")], ""]
 
 
-#: SGPS (Yu et al., TIP 2024) Table I, P@1 (%) under symmetric noise, (CARS, SOP, CUB) per noise rate, for the
-#: rows we train. The paper's "SGPS-MCL" row is the posterior data clean (its caption; the spec's A27), so it sits
-#: beside ``sgps_posterior``; plain SGPS-MCL has no number in the paper.
-SGPS_TABLE1 = {
-    "fastap": {10: (66.74, 69.20, 54.10), 20: (66.39, 67.94, 53.70), 50: (58.87, 65.83, 51.18), 70: (13.47, 59.62, 4.24), 90: (9.97, 25.38, 2.57)},
-    "normalized_softmax": {10: (72.72, 70.10, 51.99), 20: (70.10, 68.90, 49.66), 50: (54.80, 57.32, 42.81), 70: (46.59, 43.91, 27.25), 90: (29.48, 34.15, 7.87)},
-    "proxynca": {10: (69.75, 71.10, 47.13), 20: (70.31, 69.50, 46.64), 50: (61.75, 61.49, 41.63), 70: (42.06, 59.25, 34.58), 90: (29.22, 56.60, 33.06)},
-    "softtriple": {10: (76.18, 68.60, 51.94), 20: (71.82, 55.21, 49.14), 50: (52.53, 38.45, 41.46), 70: (43.34, 0.01, 32.63), 90: (33.47, 0.00, 28.99)},
-    "ms": {10: (66.31, 69.90, 57.44), 20: (67.14, 67.60, 54.52), 50: (38.41, 59.58, 40.70), 70: (6.16, 66.40, 5.351), 90: (5.06, 63.14, 4.051)},
-    "circle": {10: (71.00, 72.80, 47.48), 20: (56.24, 70.50, 45.32), 50: (15.24, 41.17, 12.98), 70: (3.78, 60.05, 15.33), 90: (2.89, 53.21, 11.45)},
-    "contrastive": {10: (72.34, 68.70, 51.77), 20: (70.93, 68.80, 51.50), 50: (22.91, 61.16, 38.59), 70: (13.80, 62.15, 56.18), 90: (5.65, 57.34, 34.72)},
-    "mcl": {10: (74.22, 79.00, 56.72), 20: (69.17, 76.60, 50.74), 50: (46.88, 67.21, 31.18), 70: (21.79, 58.70, 17.03), 90: (16.50, 50.80, 11.60)},
-    "prism": {10: (80.06, 80.11, 58.78), 20: (78.03, 79.47, 58.73), 50: (72.93, 72.85, 56.03), 70: (56.86, 67.10, 44.93), 90: (33.55, 54.40, 35.88)},
-    "supcon": {10: (74.01, 68.53, 53.58), 20: (72.24, 67.92, 52.13), 50: (62.06, 62.97, 10.89), 70: (23.92, 57.32, 56.60), 90: (0.68, 53.11, 35.84)},
-    "sgps_posterior": {10: (80.90, 80.91, 63.18), 20: (79.11, 80.55, 62.60), 50: (76.33, 74.61, 60.97), 70: (68.09, 71.03, 50.47), 90: (40.56, 62.46, 45.19)},
-    "sgps_supcon": {10: (80.31, 76.21, 60.05), 20: (79.77, 71.64, 58.12), 50: (75.43, 67.32, 52.21), 70: (64.35, 63.43, 48.71), 90: (36.49, 61.48, 43.78)},
-}
-#: SGPS Table II, P@1 (%) under small-cluster noise, (CARS, SOP, CUB) per rate; here SGPS-MCL is plain SGPS-MCL
-#: (the caption makes no posterior claim).
-SGPS_TABLE2 = {
-    "fastap": {25: (62.49, 70.66, 52.18), 50: (53.07, 67.55, 48.46), 75: (2.98, 6.94, 3.85)},
-    "normalized_softmax": {25: (71.61, 70.00, 49.61), 50: (62.29, 61.92, 41.78), 75: (54.53, 60.50, 38.35)},
-    "proxynca": {25: (69.50, 67.95, 42.07), 50: (58.34, 62.25, 36.48), 75: (55.91, 62.12, 23.14)},
-    "softtriple": {25: (73.26, 73.63, 56.18), 50: (66.66, 64.14, 50.35), 75: (56.05, 58.57, 46.71)},
-    "ms": {25: (63.92, 67.32, 53.60), 50: (43.73, 62.17, 41.66), 75: (17.46, 61.36, 11.90)},
-    "circle": {25: (53.03, 70.33, 44.07), 50: (19.95, 40.48, 22.96), 75: (3.62, 39.87, 18.60)},
-    "contrastive": {25: (65.60, 68.25, 47.27), 50: (26.45, 64.27, 39.43), 75: (22.05, 63.93, 35.25)},
-    "mcl": {25: (69.46, 75.61, 52.25), 50: (36.43, 68.71, 41.58), 75: (22.23, 68.64, 32.74)},
-    "prism": {25: (76.50, 79.09, 57.58), 50: (69.56, 73.56, 54.92), 75: (58.07, 69.07, 46.45)},
-    "supcon": {25: (68.59, 66.39, 49.98), 50: (60.28, 63.00, 49.36), 75: (6.00, 60.36, 46.79)},
-    "sgps": {25: (79.95, 80.55, 61.63), 50: (73.50, 75.46, 59.80), 75: (67.88, 71.96, 50.21)},
-    "sgps_supcon": {25: (72.89, 70.29, 59.77), 50: (62.54, 62.32, 51.60), 75: (60.41, 62.44, 48.64)},
-}
-
-
-def sgps_table(summary: pd.DataFrame, kind: str, paper: dict, title: str) -> list[str]:
-    """SGPS's Table I (``symmetric``) or Table II (``small_cluster``) layout: rows = methods, per noise rate our
-    P@1 (mean ± sample SD over seeds) beside the paper's CARS / SOP / CUB."""
-    rows = summary[summary["noise_kind"] == kind].sort_values("noise_rate", kind="stable")
-    if rows.empty:
-        return []
-    rates = list(dict.fromkeys(rows["noise_rate"]))
-    out = []
-    for dataset, group in rows.groupby("dataset", sort=False):
-        header = " | ".join(f"{100 * r:g}%: ours | paper CARS / SOP / CUB" for r in rates)
-        out += [f"**{title}, {dataset}** (P@1 %)", "", f"| method | {header} |", "|" + "---|" * (2 * len(rates) + 1)]
-        for method in dict.fromkeys(group["method"]):
-            cells = []
-            for rate in rates:
-                hit = group[(group["method"] == method) & (group["noise_rate"] == rate)]
-                cells.append(_pct(hit.iloc[0], "precision_at_1") if len(hit) else "-")
-                ref = paper.get(method, {}).get(round(100 * rate))
-                cells.append(" / ".join(f"{v:.2f}" for v in ref) if ref else "-")
-            out.append(f"| {method} | " + " | ".join(cells) + " |")
-        out.append("")
-    return out
-
-
 #: Final-epoch SGPS diagnostics (the trainer's, from ground truth the method never sees).
 SGPS_DIAGNOSTICS = {
     "final_diag_purity_bottom_up": "c^B purity", "final_diag_purity_top_down": "c^T purity",
@@ -527,6 +469,7 @@ def _chain_line(c: dict) -> str:
 
 def write_report(params: dict, layout) -> Path:
     from noisydml.evaluation import metric_names
+    from noisydml.reporting.references import load_references, reference_section
     from noisydml.reporting.plots import (
         plot_bspml_maps, plot_embedding_size, plot_metric_vs_noise, plot_noise_per_class, plot_selection,
         plot_training_curves, plot_weight_histograms,
@@ -598,8 +541,6 @@ def write_report(params: dict, layout) -> Path:
            "![MAW, SDAW and Recall@1 over (mu, lambda)](bspml_cells.png)", ""]
     sgps_diag = sgps_diagnostics(per_seed)
     posterior = posterior_table(params, per_seed)
-    table_i = sgps_table(summary, "symmetric", SGPS_TABLE1, "Table I (symmetric noise)")
-    table_ii = sgps_table(summary, "small_cluster", SGPS_TABLE2, "Table II (small-cluster noise)")
     md += ["## SGPS", "",
            "Subgroups and positives at the final epoch (the trainer's scores from ground truth the method never "
            "sees; mean over seeds): purity of the subgroup labellings, the share of truly noisy samples whose "
@@ -611,12 +552,9 @@ def write_report(params: dict, layout) -> Path:
            "cluster's majority true class) and coverage (rows kept: clusters of one row are left out); then each "
            "stage's P@1, per seed.", "",
            posterior.round(4).to_markdown(index=False) if not posterior.empty else "(no chain trains on cluster labels)", ""]
-    md += ["### SGPS's Table I and Table II layouts", "",
-           "Our P@1 beside the paper's (CARS / SOP / CUB, BN-Inception or ResNet-50 on a GPU: compare orderings, "
-           "not values). The paper's Table I SGPS-MCL row is its posterior data clean, so it sits beside "
-           "`sgps_posterior`; its Table II SGPS-MCL is plain `sgps`.", ""]
-    md += table_i or ["(Table I: no symmetric noise setting in the grid)", ""]
-    md += table_ii or ["(Table II: no small-cluster noise setting in the grid)", ""]
+    md += ["SGPS's Tables I-III beside our runs: see \"The papers' tables beside ours\" below. Its Table I SGPS-MCL "
+           "row is its posterior data clean, so it sits beside `sgps_posterior`; its Table II SGPS-MCL is plain `sgps`.",
+           ""]
     md += ["![P@1 and MAP@R over training](curves_over_training.png)", ""]
     ablation = sgps_ablation_table(ablation_runs, params)
     md += ["### SGPS ablations (Fig. 5a, Fig. 5b, Table V)", ""]
@@ -642,6 +580,8 @@ def write_report(params: dict, layout) -> Path:
            "truth the methods never see.", "",
            spa.round(4).to_markdown(index=False) if not spa.empty else "(no smooth_proxy_anchor chain in params.yaml)",
            "", "![Confidences of clean and noisy samples](spa_confidence_clean_noisy.png)", ""]
+    references, status = reference_section(load_references(layout.root / "references" / "papers"), summary, params, stats)
+    md += references
     md += ["## Training time", ""]
     if times.empty:
         md += ["(opt-in: list methods under `timing.entries` in params.yaml to time them; see the README)", ""]
@@ -684,6 +624,7 @@ def write_report(params: dict, layout) -> Path:
                     columns=("maw", "sdaw", "recall_at_1"))
     io.write_with(out / "bspml_cells.csv", lambda p: cells.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "selection.csv", lambda p: selection.to_csv(p, index=False, float_format="%.6f"))
+    io.write_with(out / "paper_status.csv", lambda p: status.to_csv(p, index=False))
     io.write_with(out / "training_time.csv", lambda p: times.to_csv(p, index=False))
     # Plot data for `dvc plots show`: one row per point, methods told apart by the `method` field.
     plot_rows = plot_series(summary)[["dataset", "method", "noise", "noise_kind", "noise_rate", "precision_at_1",
