@@ -53,7 +53,7 @@ def _cfg(**kw):
 
 def test_pretraining_learns_the_source_classes_and_is_deterministic():
     images, labels, _ = glyphs.generate_source(6, 14, 16, seed=0)
-    train_cfg = {"backbone": "small_cnn", "backbone_width": 4}
+    train_cfg = {"backbone": "small_cnn", "backbone_width": 4, "pooling": "avg"}
     state, measured = pretrain_backbone(train_cfg, _cfg(epochs=6), images, labels, progress=False)
     again, _ = pretrain_backbone(train_cfg, _cfg(epochs=6), images, labels, progress=False)
     assert all(torch.equal(state[k], again[k]) for k in state)
@@ -80,7 +80,8 @@ def test_weights_of_another_backbone_are_refused():
 
 @pytest.mark.parametrize("value, message", [
     ("imagenet", r"'imagenet' weights exist for the ResNets only"),
-    ("ImageNet", r"train.pretrained: 'ImageNet' is not allowed; allowed: none, embedded, imagenet, or a path"),
+    ("ImageNet", r"train.pretrained: 'ImageNet' is not allowed; allowed: none, embedded, imagenet, a name in `weights` "
+                  r"\(none defined\), or a path"),
 ])
 def test_bad_pretrained_sources_are_refused(value, message):
     with pytest.raises(ParamsError, match=message):

@@ -33,7 +33,11 @@ TRAIN_SCHEMA: dict[str, Field] = {
     "backbone": Field(str, "small_cnn", help="a name of noisydml.models.BACKBONES"),
     "backbone_width": Field(int, 16, min=1, help="channels of the first block of small_cnn"),
     "pretrained": Field(str, "none", help="where the backbone starts: none | embedded (the pretrain stage's "
-                                          "weights) | imagenet (torchvision, ResNets) | a .pt/.pth weights file"),
+                                          "weights) | imagenet (torchvision, ResNets) | a name in `weights` "
+                                          "(published weights the pretrain stage fetches) | a .pt/.pth file"),
+    "pooling": Field(str, "avg", choices=("avg", "max", "avg+max"),
+                     help="global pooling of the backbone's last map: avg, max (the papers' BN-Inception), avg+max"),
+    "frozen_bn": Field(bool, False, help="backbone batch norms kept at their loaded statistics (eval mode, fixed)"),
     "embedding_dim": Field(int, 64, min=2),
     "epochs": Field(int, 12, min=1),
     "batch": Field(dict, {"classes": 16, "per_class": 4}),
@@ -53,9 +57,10 @@ INPUT_SCHEMA = {
     "scale_min": Field(float, 0.2, min=0.01, max=1.0, help="RandomResizedCrop's scale range (scale_min, 1)"),
     "flip": Field(bool, True, help="random horizontal flip when training"),
     "augment": Field(bool, True, help="ours: false = evaluation transform for training too (debugging)"),
-    "normalisation": Field(str, "auto", choices=("auto", "imagenet", "unit"),
-                           help="ours: auto = ImageNet statistics for a ResNet on ImageNet weights or a weights "
-                                "file, unit ([-1, 1]) otherwise"),
+    "normalisation": Field(str, "auto", choices=("auto", "imagenet", "caffe_bgr", "unit"),
+                           help="ours: auto = what the weights expect: caffe_bgr (BGR, [0, 255] minus 104/117/128) "
+                                "for BN-Inception on weights, ImageNet statistics for a ResNet on ImageNet weights "
+                                "or a weights file, unit ([-1, 1]) otherwise"),
 }
 BATCH_SCHEMA = {
     "classes": Field(int, 16, min=2, help="P: classes per batch"),
@@ -88,6 +93,9 @@ RUNTIME_SCHEMA = {
                                                   "dataset (0 = one per CPU core)"),
     "loader_workers": Field(int, 0, min=0, help="DataLoader worker processes decoding file-stored images (0 = in "
                                                  "the training process); results do not depend on it"),
+    "amp": Field(bool, False, help="CUDA: automatic mixed precision (float16 forward, gradient scaling); off on CPU"),
+    "channels_last": Field(bool, False, help="CUDA: channels-last memory format for the network; off on CPU"),
+    "cudnn_benchmark": Field(bool, False, help="CUDA: cuDNN autotuner (off when deterministic); off on CPU"),
 }
 EVALUATE_SCHEMA = {
     "recall_at": Field(list, [1, 2, 4, 8], item_type=int, min=1),
@@ -103,8 +111,16 @@ GRID_SCHEMA = {
     "methods": Field(list, item_type=str),
     "seeds": Field(list, [0], item_type=int, min=0),
 }
-TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "noise_runs", "pretrain", "train", "runtime", "evaluate",
-             "methods", "chains", "tracking", "report", "timing", "figures")
+TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "noise_runs", "pretrain", "weights", "train", "runtime",
+             "evaluate", "methods", "chains", "tracking", "report", "timing", "figures")
+#: Published backbone weights ``train.pretrained`` can name; the pretrain stage fetches and checks them.
+WEIGHTS_SCHEMA = {
+    "backbone": Field(str, help="the train.backbone these weights are for"),
+    "url": Field(str, help="where the weights file is downloaded from (empty: put it in place by hand)"),
+    "sha256": Field(str, help="the file's sha256: all 64 hex digits, or the prefix its publisher names the file "
+                              "by (at least 8; torch hub's convention, e.g. resnet50-0676ba61.pth)"),
+    "where": Field(str, "", help="where to get the file by hand when the url fails"),
+}
 #: The pretrain stage (``train.pretrained: embedded``): the backbone learns to classify source glyphs, characters
 #: disjoint from every class of the ``glyphs`` dataset (:func:`noisydml.data.glyphs.source_chars`).
 PRETRAIN_SCHEMA = {
@@ -518,6 +534,22 @@ def _check_noise_runs(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     return entries
 
 
+def _check_weights(raw: Any) -> dict[str, dict]:
+    if not isinstance(raw, Mapping):
+        raise ParamsError(f"weights: expected a mapping of name -> {{backbone, url, sha256, where}}, got {raw!r}")
+    out = {}
+    for name, body in raw.items():
+        where = f"weights.{check_name(name, 'weights')}"
+        entry = check_section(body, WEIGHTS_SCHEMA, where)
+        sha = entry["sha256"].lower()
+        if not (8 <= len(sha) <= 64 and all(c in "0123456789abcdef" for c in sha)):
+            raise ParamsError(f"{where}.sha256: {entry['sha256']!r} is not a sha256 or a prefix of one "
+                              "(8 to 64 hex digits)")
+        entry["sha256"] = sha
+        out[name] = entry
+    return out
+
+
 def validate_params(raw: Any) -> dict[str, Any]:
     """Validate the shape of params.yaml and every section no registry owns; return a copy with defaults.
 
@@ -531,8 +563,8 @@ def validate_params(raw: Any) -> dict[str, Any]:
     unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
         raise ParamsError(f"params: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL)}")
-    for key in ("grid", "datasets", "noise", "noise_runs", "pretrain", "methods", "chains", "train", "runtime",
-                "evaluate", "tracking", "report", "timing", "figures"):
+    for key in ("grid", "datasets", "noise", "noise_runs", "pretrain", "weights", "methods", "chains", "train",
+                "runtime", "evaluate", "tracking", "report", "timing", "figures"):
         if key not in raw:
             raise ParamsError(f"params: missing required section {key!r} (no hidden defaults: every section "
                               "is written out in params.yaml)")
@@ -567,6 +599,10 @@ def validate_params(raw: Any) -> dict[str, Any]:
                           "(held-out training classes; the test set is never used to select a model)")
     p["train"] = train
     p["pretrain"] = check_section(raw["pretrain"], PRETRAIN_SCHEMA, "pretrain")
+    p["weights"] = _check_weights(raw["weights"])
+    if train["pretrained"] in p["weights"] and p["weights"][train["pretrained"]]["backbone"] != train["backbone"]:
+        raise ParamsError(f"train.pretrained: weights {train['pretrained']!r} are for backbone "
+                          f"{p['weights'][train['pretrained']]['backbone']!r}, train.backbone is {train['backbone']!r}")
     p["runtime"] = check_section(raw["runtime"], RUNTIME_SCHEMA, "runtime")
     p["evaluate"] = check_section(raw["evaluate"], EVALUATE_SCHEMA, "evaluate")
     for i, k in enumerate(p["evaluate"]["recall_at"]):

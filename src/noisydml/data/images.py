@@ -93,6 +93,8 @@ class InputTransform:
     augment: bool = True
     mean: tuple[float, ...] = IMAGENET_MEAN
     std: tuple[float, ...] = IMAGENET_STD
+    #: Channels reversed to BGR after normalising (Caffe-trained weights: BN-Inception's).
+    bgr: bool = False
 
     def build(self, train: bool):
         from torchvision.transforms import v2
@@ -103,26 +105,50 @@ class InputTransform:
                 steps.append(v2.RandomHorizontalFlip())
         else:
             steps = [v2.Resize(self.resize, antialias=True), v2.CenterCrop(self.crop)]
-        return v2.Compose([*steps, v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
-                           v2.Normalize(list(self.mean), list(self.std))])
+        steps += [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(self.mean), list(self.std))]
+        if self.bgr:
+            steps.append(_ToBGR())
+        return v2.Compose(steps)
+
+
+class _ToBGR(torch.nn.Module):
+    """RGB -> BGR of a (3, H, W) tensor (Caffe-trained weights read BGR)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flip(-3)
+
+
+#: BN-Inception's Caffe weights: BGR in [0, 255] minus the per-channel mean (104, 117, 128) (B, G, R), std 1;
+#: as a Normalize on [0, 1] RGB before the flip to BGR.
+CAFFE_MEAN, CAFFE_STD = (128 / 255, 117 / 255, 104 / 255), (1 / 255, 1 / 255, 1 / 255)
+
+
+def normalisation_name(train_cfg: dict) -> str:
+    """``train.input.normalisation`` resolved: ``auto`` is what the starting weights expect -- ``caffe_bgr`` for
+    BN-Inception on weights (Caffe-trained), ``imagenet`` statistics for a ResNet on ImageNet weights or a weights
+    file (torchvision's and timm's ResNets are trained with them), the [-1, 1] scaling of the embedded backbone
+    otherwise (ours)."""
+    choice = train_cfg["input"]["normalisation"]
+    if choice != "auto":
+        return choice
+    on_weights = train_cfg["pretrained"] not in ("none", "embedded")
+    if on_weights and train_cfg["backbone"] == "bn_inception":
+        return "caffe_bgr"
+    return "imagenet" if on_weights and train_cfg["backbone"].startswith("resnet") else "unit"
 
 
 def normalisation(train_cfg: dict) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Mean and std of ``train.input.normalisation``: ``auto`` takes ImageNet's statistics when a ResNet starts
-    from ImageNet weights or a weights file (torchvision's and timm's ResNets are trained with them), and the
-    [-1, 1] scaling of the embedded backbone otherwise (ours)."""
-    choice = train_cfg["input"]["normalisation"]
-    if choice == "auto":
-        imagenet = train_cfg["backbone"].startswith("resnet") and train_cfg["pretrained"] not in ("none", "embedded")
-        choice = "imagenet" if imagenet else "unit"
-    return (IMAGENET_MEAN, IMAGENET_STD) if choice == "imagenet" else (UNIT_MEAN, UNIT_STD)
+    """Mean and std of the resolved normalisation (:func:`normalisation_name`)."""
+    return {"imagenet": (IMAGENET_MEAN, IMAGENET_STD), "caffe_bgr": (CAFFE_MEAN, CAFFE_STD),
+            "unit": (UNIT_MEAN, UNIT_STD)}[normalisation_name(train_cfg)]
 
 
 def input_transform(train_cfg: dict) -> InputTransform:
     cfg = train_cfg["input"]
     mean, std = normalisation(train_cfg)
     return InputTransform(crop=cfg["crop"], resize=cfg["resize"], scale_min=cfg["scale_min"], flip=cfg["flip"],
-                          augment=cfg["augment"], mean=mean, std=std)
+                          augment=cfg["augment"], mean=mean, std=std,
+                          bgr=normalisation_name(train_cfg) == "caffe_bgr")
 
 
 class _FileDataset(torch.utils.data.Dataset):
@@ -175,7 +201,7 @@ class InputPipeline:
 
     @classmethod
     def from_params(cls, train_cfg: dict, runtime: dict, seed: int, device: torch.device | None = None):
-        return cls(input_transform(train_cfg), seed, runtime.get("loader_workers", 0),
+        return cls(input_transform(train_cfg), seed, runtime["loader_workers"],
                    pin_memory=device is not None and device.type == "cuda")
 
     def _loader(self, files: ImageFiles, batches: list[list[tuple[int, int]]]):

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from noisydml import io
+from noisydml.data import DatasetError
 
 MANIFEST_COLUMNS = ["sample_id", "label", "class_name", "split"]
 FILE_COLUMNS = ["path", "width", "height", "sha256"]
@@ -45,8 +46,6 @@ def class_order(names) -> list[str]:
 def check_split(split: np.ndarray, labels: np.ndarray, class_names: list[str], shared_classes: bool = False) -> None:
     """Per-sample splits must be known values, and no class may be both trained on and evaluated on (unless the
     dataset's protocol shares them: Clothing1M's 14 classes)."""
-    from noisydml.data import DatasetError
-
     bad = sorted(set(split) - set(SPLITS))
     if bad:
         raise DatasetError(f"split {bad[0]!r} is not allowed; allowed: {', '.join(SPLITS)}")

@@ -44,7 +44,25 @@ from noisydml.schema import ParamsError
 CHECKPOINT_VERSION = 2
 MONITOR_METRICS = ("precision_at_1", "mean_average_precision_at_r")
 #: How a run executes when the caller gives no ``runtime`` section (tests, benchmarks).
-DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "progress": True, "deterministic": False, "loader_workers": 0}
+DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "progress": True, "deterministic": False, "loader_workers": 0,
+                   "amp": False, "channels_last": False, "cudnn_benchmark": False}
+
+
+def gpu_settings(runtime: dict, device: torch.device) -> dict[str, Any]:
+    """``runtime``'s GPU switches as they take effect on ``device`` (recorded in run.json): automatic mixed
+    precision (float16 autocast + gradient scaling), channels-last memory format and cuDNN's autotuner act on
+    CUDA only; on the CPU they are off, and a requested one says so (float32, the default format: bit-exact)."""
+    cuda = device.type == "cuda"
+    for key in ("amp", "channels_last", "cudnn_benchmark"):
+        if runtime[key] and not cuda:
+            print(f"runtime.{key}: no CUDA device; off on the CPU")
+    settings = {"amp": bool(runtime["amp"] and cuda), "channels_last": bool(runtime["channels_last"] and cuda),
+                "cudnn_benchmark": bool(runtime["cudnn_benchmark"] and cuda and not runtime["deterministic"]),
+                "deterministic": bool(runtime["deterministic"])}
+    if cuda:
+        torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
+        torch.backends.cudnn.deterministic = settings["deterministic"]
+    return settings
 
 
 def code_fingerprint() -> str:
@@ -322,6 +340,7 @@ class Trainer:
         if runtime["deterministic"]:
             torch.use_deterministic_algorithms(True, warn_only=True)
         device = pick_device(runtime["device"])
+        gpu = gpu_settings(runtime, device)
         labels = np.asarray(self.train_set.labels, dtype=np.int64)
         self._check_batch(labels)
         num_classes = int(labels.max()) + 1
@@ -341,6 +360,8 @@ class Trainer:
         if self.backbone_state is not None:
             load_backbone_weights(model.backbone, self.backbone_state, cfg["pretrained"])
         model = model.to(device)
+        if gpu["channels_last"]:
+            model = model.to(memory_format=torch.channels_last)
         method = build_method(
             self.spec.method,
             MethodSetup(
@@ -360,6 +381,8 @@ class Trainer:
             if self.init_state.get("method") is not None:
                 method.load_state_dict(self.init_state["method"])
         optimizer = build_optimizer(model, method, cfg["optimizer"])
+        # disabled (CPU, or runtime.amp false): scale() and step() are the identity and optimizer.step()
+        scaler = torch.amp.GradScaler("cuda", enabled=gpu["amp"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_factor(cfg["schedule"], cfg["epochs"], steps_per_epoch(len(labels), batch_size))
         )
@@ -376,6 +399,8 @@ class Trainer:
                 method.load_state_dict(state["method"])
                 optimizer.load_state_dict(state["optimizer"])
                 scheduler.load_state_dict(state["scheduler"])
+                if gpu["amp"] and state.get("scaler"):
+                    scaler.load_state_dict(state["scaler"])
                 history, step, run_id = state["history"], state["step"], state.get("run_id")
                 seconds = state.get("epoch_seconds", [])
                 best = state.get("best")
@@ -431,7 +456,12 @@ class Trainer:
             inputs = pipeline.train_batches(train_x, batches, epoch)
             for idx, x in zip(bar, inputs):
                 index = torch.from_numpy(idx)
-                emb, feats = model.forward_with_features(x.to(device, non_blocking=True))
+                if gpu["channels_last"]:
+                    x = x.to(memory_format=torch.channels_last)
+                with torch.autocast(device.type, dtype=torch.float16, enabled=gpu["amp"]):
+                    emb, feats = model.forward_with_features(x.to(device, non_blocking=True))
+                # losses, memories and banks in float32 (mined similarities, softmaxes and margins in half lose too much)
+                emb, feats = emb.float(), feats.float()
                 batch = Batch(embeddings=emb, features=feats, labels=labels_t[index].to(device),
                               index=index.to(device), sample_id=ids_t[index].to(device), step=step, epoch=epoch)
                 loss, logs = method.loss(batch)
@@ -441,8 +471,9 @@ class Trainer:
                         "lower train.optimizer.lr or check the method's hyper-parameters"
                     )
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
                 scheduler.step()
                 step += 1
                 method.on_step_end(context(epoch), batch)
@@ -486,6 +517,7 @@ class Trainer:
                 "run_id": self.tracker.current_run_id(), "epoch_seconds": seconds,
                 "model": model.state_dict(), "method": method.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "best": best,
+                **({"scaler": scaler.state_dict()} if gpu["amp"] else {}),
             }
             io.write_with(self.checkpoint_path, lambda p: torch.save(state, p))
             if self.stop_after_epoch is not None and epoch + 1 >= self.stop_after_epoch and not last:
@@ -510,4 +542,5 @@ class Trainer:
         histograms = decision_histograms(method.decisions(), self.truth) if self.truth is not None else {}
         return TrainResult(model, method, history, test_emb, train_emb, resumed_from, self.tracker.run_id,
                            selected_epoch=selected_epoch, val_embeddings=val_emb, epoch_seconds=seconds,
-                           exports=exports, device=describe_device(device), decision_histograms=histograms)
+                           exports=exports, device={**describe_device(device), "gpu_settings": gpu},
+                           decision_histograms=histograms)

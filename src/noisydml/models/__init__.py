@@ -1,12 +1,17 @@
 """Backbones and the embedding network (backbone -> linear head -> L2 normalisation).
 
 ``small_cnn`` is the CPU default for the embedded dataset; the torchvision
-ResNets are for the paper profile. Where a backbone starts is ``train.pretrained``:
+ResNets and BN-Inception (:mod:`noisydml.models.bninception`) are for the paper profile. Every backbone ends in a
+global pooling of its last feature map (``train.pooling``: avg, max, or avg+max summed as Proxy-Anchor's code
+does); ``train.frozen_bn`` keeps its batch-norm layers at their loaded statistics (eval mode, affine parameters
+fixed), as the DML papers' code does with ImageNet weights. Where a backbone starts is ``train.pretrained``:
 
 - ``none``: random initialisation (from scratch);
 - ``embedded``: the weights of the ``pretrain`` stage (the backbone trained to classify
   other glyphs, :mod:`noisydml.engine.pretrain`), ``data/pretrained/backbone.pt``;
 - ``imagenet``: torchvision's ImageNet weights for the ResNets (needs the internet once, or torch's cache);
+- a name in params.yaml's ``weights`` section: published weights (BN-Inception's, ResNet-50's V1), fetched and
+  sha256-checked by the pretrain stage into ``data/pretrained`` (a DVC dependency of every run);
 - a path to a weights file (``.pt``/``.pth``: a state dict of the backbone, e.g. a torchvision or timm
   ResNet's; its classifier keys are ignored), for the paper profile on a machine without internet.
 
@@ -24,10 +29,30 @@ from torch import nn
 from noisydml.schema import ParamsError, check_choice
 
 
-class SmallCNN(nn.Module):
-    """Four 3x3 conv blocks (width, 2w, 4w, 4w channels), each BN + ReLU + 2x2 max-pool, then global average pooling."""
+POOLINGS = ("avg", "max", "avg+max")
 
-    def __init__(self, in_channels: int, width: int = 16):
+
+class GlobalPool(nn.Module):
+    """Global pooling of a (N, C, h, w) map to (N, C): ``avg``, ``max``, or ``avg+max`` (their sum)."""
+
+    def __init__(self, kind: str = "avg"):
+        super().__init__()
+        if kind not in POOLINGS:
+            raise ValueError(f"pooling {kind!r}; allowed: {', '.join(POOLINGS)}")
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "avg":
+            return F.adaptive_avg_pool2d(x, 1).flatten(1)
+        if self.kind == "max":
+            return F.adaptive_max_pool2d(x, 1).flatten(1)
+        return (F.adaptive_avg_pool2d(x, 1) + F.adaptive_max_pool2d(x, 1)).flatten(1)
+
+
+class SmallCNN(nn.Module):
+    """Four 3x3 conv blocks (width, 2w, 4w, 4w channels), each BN + ReLU + 2x2 max-pool, then global pooling."""
+
+    def __init__(self, in_channels: int, width: int = 16, pooling: str = "avg"):
         super().__init__()
         channels = [width, 2 * width, 4 * width, 4 * width]
         layers: list[nn.Module] = []
@@ -36,10 +61,11 @@ class SmallCNN(nn.Module):
             layers += [nn.Conv2d(prev, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
             prev = c
         self.features = nn.Sequential(*layers)
+        self.pool = GlobalPool(pooling)
         self.out_dim = prev
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.adaptive_avg_pool2d(self.features(x), 1).flatten(1)
+        return self.pool(self.features(x))
 
 
 def _torchvision_resnet(name: str) -> Callable[[int, dict], nn.Module]:
@@ -56,10 +82,25 @@ def _torchvision_resnet(name: str) -> Callable[[int, dict], nn.Module]:
             net.conv1 = stem
         out_dim = net.fc.in_features
         net.fc = nn.Identity()
+        net.avgpool = GlobalPool(cfg["pooling"])  # torchvision flattens after it (a no-op on (N, C))
         net.out_dim = out_dim
         return net
 
     return build
+
+
+def _bn_inception(in_channels: int, cfg: dict) -> nn.Module:
+    from noisydml.models.bninception import BNInception
+
+    class PooledBNInception(BNInception):
+        def __init__(self):
+            super().__init__(in_channels)
+            self.global_pool = GlobalPool(cfg["pooling"])
+
+        def forward(self, x):
+            return self.global_pool(super().forward(x))
+
+    return PooledBNInception()
 
 
 class _RepeatChannels(nn.Module):
@@ -72,19 +113,35 @@ class _RepeatChannels(nn.Module):
 
 
 BACKBONES: dict[str, Callable[[int, dict], nn.Module]] = {
-    "small_cnn": lambda in_channels, cfg: SmallCNN(in_channels, cfg["backbone_width"]),
+    "small_cnn": lambda in_channels, cfg: SmallCNN(in_channels, cfg["backbone_width"], cfg["pooling"]),
     "resnet18": _torchvision_resnet("resnet18"),
     "resnet50": _torchvision_resnet("resnet50"),
+    "bn_inception": _bn_inception,
 }
 
 
 class EmbeddingNet(nn.Module):
     """f(x) = normalize(W . backbone(x)): L2-normalised embeddings, as every method here expects."""
 
-    def __init__(self, backbone: nn.Module, embedding_dim: int):
+    def __init__(self, backbone: nn.Module, embedding_dim: int, frozen_bn: bool = False):
         super().__init__()
         self.backbone = backbone
         self.head = nn.Linear(backbone.out_dim, embedding_dim)
+        self.frozen_bn = frozen_bn
+        if frozen_bn:
+            for module in self._batch_norms():
+                for p in module.parameters():
+                    p.requires_grad_(False)
+
+    def _batch_norms(self):
+        return [m for m in self.backbone.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.frozen_bn:  # running statistics stay the loaded ones
+            for module in self._batch_norms():
+                module.eval()
+        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.head(self.backbone(x)), dim=1)
@@ -97,19 +154,23 @@ class EmbeddingNet(nn.Module):
 
 def build_model(train_cfg: dict, in_channels: int) -> EmbeddingNet:
     backbone = BACKBONES[train_cfg["backbone"]](in_channels, train_cfg)
-    return EmbeddingNet(backbone, train_cfg["embedding_dim"])
+    return EmbeddingNet(backbone, train_cfg["embedding_dim"], train_cfg["frozen_bn"])
 
 
-def check_backbone(train_cfg: dict) -> None:
-    """``train.backbone`` must be one of :data:`BACKBONES`; ``train.pretrained`` a source it can start from."""
+def check_backbone(train_cfg: dict, weight_names=()) -> None:
+    """``train.backbone`` must be one of :data:`BACKBONES`; ``train.pretrained`` a source it can start from
+    (``weight_names``: the entries of params.yaml's ``weights``)."""
     check_choice(train_cfg["backbone"], list(BACKBONES), "train.backbone", "backbone")
     pretrained = train_cfg["pretrained"]
+    if pretrained in weight_names:
+        return
     if pretrained == "imagenet" and not train_cfg["backbone"].startswith("resnet"):
         raise ParamsError(f"train.pretrained: 'imagenet' weights exist for the ResNets only, not "
                           f"{train_cfg['backbone']!r}; allowed here: none, embedded, or a weights file")
     if pretrained not in PRETRAINED_SOURCES and not pretrained.endswith((".pt", ".pth")):
         raise ParamsError(f"train.pretrained: {pretrained!r} is not allowed; allowed: "
-                          f"{', '.join(PRETRAINED_SOURCES)}, or a path to a .pt/.pth weights file")
+                          f"{', '.join(PRETRAINED_SOURCES)}, a name in `weights` "
+                          f"({', '.join(weight_names) or 'none defined'}), or a path to a .pt/.pth weights file")
 
 
 #: ``train.pretrained`` values other than a weights file's path.
@@ -148,6 +209,8 @@ def load_backbone_weights(backbone: nn.Module, state: dict[str, torch.Tensor], s
                 if k.startswith("conv1.1.") and k not in state and k.replace("conv1.1.", "conv1.", 1) in state},
              **state}
     state = adapt_first_layer(state, backbone)
+    # files saved before PyTorch 0.4.1 (BN-Inception's) have no batch-norm step counters: start them at 0
+    state = {**{k: own[k] for k in own if k.endswith("num_batches_tracked") and k not in state}, **state}
     missing = [k for k in own if k not in state]
     if missing:
         raise ValueError(f"pretrained weights {source}: {len(missing)} of the backbone's {len(own)} tensors are "

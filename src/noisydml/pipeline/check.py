@@ -27,7 +27,7 @@ def check_all(params: dict[str, Any]) -> dict[str, Any]:
         check_noise(params, name)
     for name in list(params["methods"]):
         check_method(params, name)
-    check_backbone(params["train"])
+    check_backbone(params["train"], params["weights"])
     for name in params["grid"]["methods"]:
         check_frozen_backbone(params["methods"][name], params["train"], f"methods.{name}")
     for entry, item in params["timing"]["entries"].items():

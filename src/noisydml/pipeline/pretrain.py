@@ -24,8 +24,11 @@ from noisydml.pipeline.layout import PRETRAINED_WEIGHTS, Layout
 
 def pretrain(params: dict, layout: Layout = Layout()) -> dict:
     train_cfg, cfg = params["train"], params["pretrain"]
-    check_backbone(train_cfg)
+    check_backbone(train_cfg, params["weights"])
     out = layout.pretrained
+    if train_cfg["pretrained"] in params["weights"]:
+        return fetch_published_weights(train_cfg, train_cfg["pretrained"], params["weights"][train_cfg["pretrained"]],
+                                       layout, progress=params["runtime"]["progress"])
     if train_cfg["pretrained"] != "embedded":
         card = {"pretrained": train_cfg["pretrained"], "trained_here": False,
                 "note": "train.pretrained is not 'embedded': nothing to pretrain; runs start from their own source"}
@@ -60,6 +63,37 @@ def pretrain(params: dict, layout: Layout = Layout()) -> dict:
             "weights_sha256": sha256_file(tmp / PRETRAINED_WEIGHTS),
         }
         io.write_json(tmp / "card.json", card)
+    return card
+
+
+def fetch_published_weights(train_cfg: dict, name: str, entry: dict, layout: Layout, progress: bool = True) -> dict:
+    """``train.pretrained`` names published weights (params.yaml ``weights``): download them once into
+    ``data/raw/weights`` (resumable, sha256-checked; a file put there by hand is checked and used), check they
+    are a state dict of ``train.backbone`` in its published key layout (every backbone tensor present, shapes
+    equal), and store them as the pretrain stage's output, a DVC dependency of every run."""
+    from noisydml.data.download import Archive, fetch_archive
+    from noisydml.models import BACKBONES, load_backbone_weights
+
+    filename = entry["url"].rsplit("/", 1)[-1] or f"{name}.pth"
+    archive = Archive(filename, entry["url"], entry["sha256"], entry["where"])
+    path, sha, _ = fetch_archive(archive, layout.raw("weights"), progress=progress)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    state = saved.get("state_dict", saved) if isinstance(saved, dict) else saved
+    state = {k.removeprefix("module."): v for k, v in state.items()}  # saved from DataParallel
+    backbone = BACKBONES[train_cfg["backbone"]](3, train_cfg)
+    load_backbone_weights(backbone, state, f"{path} (weights.{name})")  # raises on a wrong layout
+    own = backbone.state_dict()
+    with io.atomic_dir(layout.pretrained) as tmp:
+        torch.save({"backbone": backbone.state_dict(), "backbone_name": train_cfg["backbone"],
+                    "backbone_width": train_cfg["backbone_width"], "in_channels": 3, "weights": name},
+                   tmp / PRETRAINED_WEIGHTS)
+        card = {"pretrained": name, "trained_here": False, "backbone": train_cfg["backbone"],
+                "url": entry["url"], "file": filename, "file_sha256": sha, "pinned_sha256": entry["sha256"],
+                "tensors": len(own), "ignored_keys": sorted(set(state) - set(own)),
+                "weights_sha256": sha256_file(tmp / PRETRAINED_WEIGHTS)}
+        io.write_json(tmp / "card.json", card)
+    print(f"pretrain: weights.{name} ({filename}, sha256 {sha[:16]}...) checked against {train_cfg['backbone']}: "
+          f"{len(own)} tensors; ignored {len(card['ignored_keys'])} classifier key(s)")
     return card
 
 

@@ -23,13 +23,17 @@ def load_pretrained(params: dict, layout: Layout) -> tuple[dict | None, dict]:
     source = params["train"]["pretrained"]
     if source in ("none", "imagenet"):
         return None, {}
-    path = layout.pretrained / PRETRAINED_WEIGHTS if source == "embedded" else Path(source)
+    staged = source == "embedded" or source in params["weights"]  # the pretrain stage's output
+    path = layout.pretrained / PRETRAINED_WEIGHTS if staged else Path(source)
     if not path.is_file():
-        hint = ("run `dvc repro` (the pretrain stage makes it)" if source == "embedded"
+        hint = ("run `dvc repro` (the pretrain stage makes it)" if staged
                 else "train.pretrained names a file that does not exist")
         raise FileNotFoundError(f"pretrained weights {path}: missing; {hint}")
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    if source == "embedded":
+    if staged:
+        if source != saved.get("weights", "embedded"):
+            raise ValueError(f"{path}: holds {saved.get('weights', 'embedded')!r} weights, train.pretrained is "
+                             f"{source!r}; run `dvc repro` (the pretrain stage re-makes it)")
         for key in ("backbone_name", "backbone_width"):
             want = params["train"][key.replace("_name", "")]
             if saved[key] != want:

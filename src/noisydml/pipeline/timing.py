@@ -28,7 +28,7 @@ def timing(params: dict, entry: str, layout: Layout = Layout()) -> dict:
 
         raise ParamsError(f"--entry {entry!r} is not in timing.entries ({', '.join(cfg['entries']) or 'none'})")
     item = cfg["entries"][entry]
-    check_backbone(params["train"])
+    check_backbone(params["train"], params["weights"])
     where = f"timing.entries.{entry}.hparams"
     hparams = load_spec(item["method"]).check({**params["methods"][item["method"]], **item["hparams"]}, where)
     data = load_run_data(cfg["dataset"], cfg["noise"], layout)

@@ -160,7 +160,7 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
     """Train one run; write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``).
     ``stage`` is the DVC stage that trains it (an MLflow tag)."""
     hparams = check_method(params, method)
-    check_backbone(params["train"])
+    check_backbone(params["train"], params["weights"])
     check_frozen_backbone(hparams, params["train"], f"methods.{method}")
     data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
     inputs, init_state, upstream = {}, None, {}
