@@ -7,11 +7,13 @@ re-run it when a transcription is corrected:
 
     python scripts/transcribe_reference_tables.py ../shared/papers references/papers
 
-Columns: ``paper, table, caption, row, method, dataset, noise, rate, metric, value, std, comparable, note``:
+Columns: ``paper, table, caption, row, method, dataset, noise, rate, metric, value, std, comparable, note,
+footnote``:
 ``method`` is our method (or chained run) the row corresponds to ("" = not implemented here); ``noise`` is
 clean | real | symmetric | small_cluster | symmetric_per_class (or "" where the table has none); ``rate`` in
 [0, 1]; ``value`` and ``std`` in % as printed; ``comparable`` is "no" for rows whose number is not what the row
-name says (``note`` says why).
+name says (``note`` says why); ``footnote`` is "yes" for a comparable row the report marks with ‡ and explains
+under its table (its ``note``), e.g. SGPS Table I's SGPS-MCL row, which its caption says is the posterior strategy.
 """
 
 from __future__ import annotations
@@ -82,10 +84,10 @@ def grid_table(table, paper, name, caption, methods, noise, notes=None):
                 rate, metric = float(what[:-1]) / 100, "precision_at_1"
             else:
                 rate, metric = 0.0, METRICS[what]
-            note, comparable = (notes or {}).get(row, ("", "yes"))
+            note, comparable, footnote = (notes or {}).get(row, ("", "yes", ""))
             out.append(dict(paper=paper, table=name, caption=caption, row=row, method=methods.get(row, ""),
                             dataset=DATASETS[dataset], noise=noise, rate=rate, metric=metric,
-                            value=float(value.replace("**", "")), std="", comparable=comparable, note=note))
+                            value=float(value.replace("**", "")), std="", comparable=comparable, note=note, footnote=footnote))
     return out
 
 
@@ -111,7 +113,7 @@ def prism(src: Path) -> pd.DataFrame:
 def sgps(src: Path) -> pd.DataFrame:
     text = (src / "sgps-spec.md").read_text()
     posterior = ("the caption says SGPS-MCL here is the posterior data clean: compare with the sgps_posterior chain, "
-                 "not plain sgps (spec A27)", "yes")
+                 "not plain sgps (spec A27)", "yes", "yes")
     out = []
     for heading, name, noise, notes in (
             ("### Table I:", "Table I", "symmetric", {"SGPS-MCL (posterior strategy per caption)": posterior}),
@@ -189,6 +191,7 @@ def main(src: str, dest: str) -> None:
     dest_dir.mkdir(parents=True, exist_ok=True)
     for name, build in (("prism", prism), ("sgps", sgps), ("bspml", bspml)):
         table = build(src_dir)
+        table["footnote"] = table["footnote"].fillna("") if "footnote" in table else ""
         table.to_csv(dest_dir / f"{name}.csv", index=False)
         print(f"{dest_dir / name}.csv: {len(table)} cells in {table['table'].nunique()} tables")
 

@@ -193,3 +193,14 @@ def test_the_train_stage_refuses_mixed_or_incomplete_options():
     ]:
         with pytest.raises(ParamsError, match=re.escape(message)):
             run_from_arguments(params, parser.parse_args(argv))
+
+
+def test_weights_sha256_is_a_sum_or_a_publishers_prefix():
+    from noisydml.schema import check_sha256
+
+    assert check_sha256("52DEB4733", "w", min_digits=8) == "52deb4733"
+    with pytest.raises(ParamsError, match=r"weights.x.sha256: '52de' is not a sha256 or a prefix of one; "
+                                          r"allowed: 8 to 64 hex digits"):
+        check_sha256("52de", "weights.x.sha256", min_digits=8)
+    with pytest.raises(ParamsError, match=r"l.sha256: 'zz' is not a sha256; allowed: 64 hex digits"):
+        check_sha256("zz", "l.sha256")

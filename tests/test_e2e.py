@@ -321,3 +321,41 @@ def test_chained_run_is_a_dvc_edge_reruns_with_its_upstream_and_resumes_bit_exac
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     out = _run([sys.executable, "-m", "dvc", "repro", "train_chain@ms_on_prism_kept"], root, env)
     assert "Running stage 'train@glyphs-sym50-prism-0'" in out and "Running stage 'train_chain@ms_on_prism_kept'" in out
+
+
+def test_a_run_on_two_processes_through_the_stage_resumes_bit_exactly(repo, tmp_path):
+    """``runtime.processes: 2``: the train stage relaunches itself under torchrun (gloo on the CPU); rank 0 writes
+    the run folder and the one MLflow run; a run killed after epoch 1 resumes to the same outputs."""
+    import shutil
+
+    root, env, _ = repo
+    copy = tmp_path / "ddp"
+    shutil.copytree(root, copy, symlinks=True)
+    params = yaml.safe_load((copy / "params.yaml").read_text())
+    params["runtime"]["processes"] = 2
+    params["train"]["epochs"] = 2
+    (copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    stage = "train@glyphs-clean-prism-0"
+    out = _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", stage], copy, env)
+    assert "runtime.processes = 2: " in out and "torch.distributed.run --standalone --nproc_per_node=2" in out
+    run = copy / "runs" / "glyphs" / "clean" / "prism" / "seed0"
+    info = json.loads((run / "run.json").read_text())
+    assert info["environment"]["gpu_settings"]["distributed"] == {"processes": 2, "backend": "gloo",
+                                                                  "sync_batchnorm": False}
+    assert len(pd.read_csv(run / "history.csv")) == 2
+    whole = _lock(copy)[stage]["outs"][0]["md5"]
+    killed = subprocess.run([sys.executable, "-m", "dvc", "repro", "-f", "-s", stage], cwd=copy,
+                            env={**env, "NOISYDML_STOP_AFTER_EPOCH": "1"}, capture_output=True, text=True, timeout=600)
+    assert killed.returncode != 0 and "stopped after epoch 1" in killed.stdout + killed.stderr
+    out = _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", stage], copy, env)
+    assert "after epoch 1 of 2" in out
+    assert _lock(copy)[stage]["outs"][0]["md5"] == whole
+    code = (
+        "import mlflow, json;"
+        f"mlflow.set_tracking_uri('sqlite:///{copy / 'mlflow.db'}');"
+        "runs = mlflow.search_runs(experiment_names=['noisydml'], filter_string=\"tags.mlflow.runName = 'glyphs-clean-prism-0'\");"
+        "print(json.dumps(sorted(runs['status'])))"
+    )
+    # the grid's run, the two-process run, and the killed-then-resumed one (one MLflow run, resumed): rank 1 made none
+    statuses = json.loads(_run([sys.executable, "-c", code], copy, env).strip().splitlines()[-1])
+    assert statuses == ["FINISHED", "FINISHED", "FINISHED"]

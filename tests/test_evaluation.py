@@ -87,3 +87,19 @@ def test_recall_at_above_max_k_is_refused(raw_params):
     raw_params["evaluate"].update(max_k=4, recall_at=[1, 8])
     with pytest.raises(ParamsError, match=r"evaluate.recall_at\[1\]: Recall@8 needs 8 neighbours, above evaluate.max_k"):
         validate_params(raw_params)
+
+
+def test_search_device_auto_falls_back_to_the_cpu_and_says_so(capsys):
+    import torch
+
+    from noisydml.evaluation import retrieval
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine: auto may pick the GPU")
+    assert retrieval.search_device("cpu") == torch.device("cpu")
+    retrieval._SAID.clear()
+    assert retrieval.search_device("auto") == torch.device("cpu")
+    assert "evaluate.device auto: no CUDA device; searching on the CPU" in capsys.readouterr().out
+    rng = np.random.default_rng(0)
+    emb, labels = rng.normal(size=(40, 8)).astype(np.float32), np.repeat(np.arange(8), 5)
+    assert retrieval.retrieval_metrics(emb, labels, device="auto") == retrieval.retrieval_metrics(emb, labels)

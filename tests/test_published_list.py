@@ -192,3 +192,11 @@ def test_a_dataset_without_lists_is_named():
     with pytest.raises(NoiseInputError, match="no lists for dataset 'cars196'; lists has: toy"):
         corrupt_labels(np.arange(len(paths)), true, cfg_for("CUB", "0.2noised"),
                        NoiseInputs(paths=paths, dataset="cars196"))
+
+
+def test_an_unreachable_list_url_says_what_to_do():
+    from noisydml.noise.published_list import read_list_bytes
+
+    with pytest.raises(NoiseInputError, match=r"http://127.0.0.1:9/CUB.csv: cannot fetch the label list .*download "
+                                              r"it by hand and give its path as source"):
+        read_list_bytes("http://127.0.0.1:9/CUB.csv", timeout=2.0)

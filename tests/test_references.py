@@ -60,3 +60,18 @@ def test_reproduced_when_every_cell_is_within_two_points():
     assert status_table(one, ours)["status"].tolist() == ["reproduced within 2 P@1 points"]
     md, _ = reference_section(one, _summary([("cub", "prism_sym50", "prism", 0.5, 0.5450)]), PARAMS, STATS)
     assert any("56.03 · ours 54.50 (-1.53)" in line for line in md)
+
+
+def test_footnoted_rows_are_marked_by_the_tables_own_column():
+    """SGPS Table I's SGPS-MCL row (the posterior strategy, per its caption) carries ‡ and its note below the table;
+    the mark comes from the CSV's footnote column, never from the note's wording."""
+    refs = load_references(REPO / "references" / "papers")
+    assert set(refs.loc[refs["footnote"] == "yes", "row"]) == {"SGPS-MCL (posterior strategy per caption)"}
+    table = refs[(refs["paper"] == "SGPS") & (refs["table"] == "Table I")]
+    ours = our_cells(_summary([]), PARAMS, STATS)
+    lines = side_by_side(table, ours, {"cub200", "cars196", "sop"})
+    marked = [line for line in lines if "‡" in line]
+    assert len(marked) == 2 and marked[0].startswith("| SGPS-MCL (posterior strategy per caption) ‡")
+    assert marked[1].startswith("‡ SGPS-MCL (posterior strategy per caption): the caption says")
+    unmarked = table.assign(footnote="")
+    assert not any("‡" in line for line in side_by_side(unmarked, ours, {"cub200", "cars196", "sop"}))

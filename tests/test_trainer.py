@@ -204,3 +204,22 @@ def test_lr_factor(schedule, expected):
 
     factor = lr_factor(schedule, epochs=3, steps_per_epoch=4)
     assert np.allclose([factor(step) for step in (0, 1, 2, 3, 4, 5, 8, 11)], expected)
+
+
+def test_frozen_batchnorm_stays_frozen_through_training(data, tmp_path):
+    """train.frozen_bn: running statistics *and* affine parameters keep their values, whatever a method's
+    per-epoch choice of trainable parts re-enables (before the fix the affine parameters trained)."""
+    spec = _spec("ms", epochs=2, frozen_bn=True)
+    torch.manual_seed(spec.seed)
+    from noisydml.models import build_model
+
+    start = {k: v.clone() for k, v in build_model(spec.train, in_channels=1).state_dict().items()}
+    result = _fit(spec, data, tmp_path / "bn.pt")
+    norms = [name for name, m in result.model.backbone.named_modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms
+    trained = result.model.state_dict()
+    for name in norms:
+        for what in ("weight", "bias", "running_mean", "running_var"):
+            key = f"backbone.{name}.{what}"
+            assert torch.equal(trained[key], start[key]), key
+    assert not torch.equal(trained["head.weight"], start["head.weight"])  # the rest trained

@@ -21,7 +21,7 @@ import yaml
 
 from noisydml.evaluation import metric_names
 from noisydml.methods import method_names
-from noisydml.schema import Field, ParamsError, _check_value, check_choice, check_name, check_section
+from noisydml.schema import Field, ParamsError, _check_value, check_choice, check_name, check_section, check_sha256
 
 __all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_params", "run_name"]
 
@@ -96,10 +96,17 @@ RUNTIME_SCHEMA = {
     "amp": Field(bool, False, help="CUDA: automatic mixed precision (float16 forward, gradient scaling); off on CPU"),
     "channels_last": Field(bool, False, help="CUDA: channels-last memory format for the network; off on CPU"),
     "cudnn_benchmark": Field(bool, False, help="CUDA: cuDNN autotuner (off when deterministic); off on CPU"),
+    "processes": Field(int, 1, min=1, help="ours: processes training one run with DDP (torchrun; NCCL on CUDA, one "
+                                           "GPU each, gloo on the CPU); the batch is split over them"),
+    "sync_batchnorm": Field(bool, True, help="ours: with processes > 1 on CUDA, batch-norm statistics over the "
+                                             "global batch (SyncBatchNorm; CUDA only, per rank on the CPU)"),
 }
 EVALUATE_SCHEMA = {
     "recall_at": Field(list, [1, 2, 4, 8], item_type=int, min=1),
     "max_k": Field(int, 1023, min=1, help="cap on neighbours retrieved for MAP@R and R-Precision"),
+    "device": Field(str, "cpu", choices=("cpu", "auto"),
+                    help="ours: where faiss searches and clusters; auto = the GPU when CUDA and faiss-gpu are both "
+                         "present (GPU results may differ from the CPU's in ties and the last float bits)"),
     "nmi": Field(bool, True),
 }
 GRID_SCHEMA = {
@@ -541,11 +548,7 @@ def _check_weights(raw: Any) -> dict[str, dict]:
     for name, body in raw.items():
         where = f"weights.{check_name(name, 'weights')}"
         entry = check_section(body, WEIGHTS_SCHEMA, where)
-        sha = entry["sha256"].lower()
-        if not (8 <= len(sha) <= 64 and all(c in "0123456789abcdef" for c in sha)):
-            raise ParamsError(f"{where}.sha256: {entry['sha256']!r} is not a sha256 or a prefix of one "
-                              "(8 to 64 hex digits)")
-        entry["sha256"] = sha
+        entry["sha256"] = check_sha256(entry["sha256"], f"{where}.sha256", min_digits=8)
         out[name] = entry
     return out
 

@@ -32,7 +32,9 @@ def knn(queries, k: int, gallery=None, use_gpu: bool = False) -> tuple[np.ndarra
     kk = min(k + 1 if self_search else k, len(g))
     index = faiss.IndexFlatIP(g.shape[1])
     if use_gpu and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
-        index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+        import torch  # the process's own GPU (one per rank under DDP)
+
+        index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), torch.cuda.current_device(), index)
     index.add(g)
     sims, idx = index.search(q, kk)
     if not self_search:

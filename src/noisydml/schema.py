@@ -124,3 +124,14 @@ def check_kinded(params: dict, section: str, name: str, kinds: Mapping[str, Any]
     kind = check_choice(body["kind"], list(kinds), f"{where}.kind", f"{what} kind")
     params[section][name] = {"kind": kind, **kinds[kind].check({k: v for k, v in body.items() if k != "kind"}, where)}
     return params[section][name]
+
+
+def check_sha256(value: Any, where: str, min_digits: int = 64) -> str:
+    """``value`` as a lower-case hex sha256; with ``min_digits`` < 64, a prefix of at least that many digits is
+    accepted too (publishers name weight files by one)."""
+    sha = str(value).lower()
+    if not (min_digits <= len(sha) <= 64 and all(c in "0123456789abcdef" for c in sha)):
+        allowed = "64 hex digits" if min_digits >= 64 else f"{min_digits} to 64 hex digits"
+        what = "a sha256" if min_digits >= 64 else "a sha256 or a prefix of one"
+        raise ParamsError(f"{where}: {value!r} is not {what}; allowed: {allowed}")
+    return sha

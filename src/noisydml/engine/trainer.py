@@ -10,6 +10,10 @@ writes a checkpoint (model, method, optimizer, schedule, history, MLflow run
 id); a run started again with the same configuration *and code* continues from
 it, so killing ``dvc repro`` loses at most one epoch.
 
+Under ``torchrun`` (``runtime.processes`` > 1) one run trains on several processes with PyTorch's DDP: each
+rank forwards its share of the batch, the method sees the gathered global batch, rank 0 writes checkpoints and
+records (:mod:`noisydml.engine.distributed`). A one-process run takes none of those paths.
+
 Test-set metrics logged during training are monitoring for the curves only:
 the reported model is the last epoch's, or the best on held-out *training*
 classes, never the best on the test set.
@@ -34,6 +38,7 @@ from tqdm import tqdm
 
 from noisydml import io, neighbours
 from noisydml.data.images import InputPipeline, image_channels
+from noisydml.engine import distributed
 from noisydml.engine.judge import GroundTruth, decision_histograms, score_decisions
 from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import build_method
@@ -45,7 +50,8 @@ CHECKPOINT_VERSION = 2
 MONITOR_METRICS = ("precision_at_1", "mean_average_precision_at_r")
 #: How a run executes when the caller gives no ``runtime`` section (tests, benchmarks).
 DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "progress": True, "deterministic": False, "loader_workers": 0,
-                   "amp": False, "channels_last": False, "cudnn_benchmark": False}
+                   "amp": False, "channels_last": False, "cudnn_benchmark": False, "processes": 1,
+                   "sync_batchnorm": True}
 
 
 def gpu_settings(runtime: dict, device: torch.device) -> dict[str, Any]:
@@ -257,6 +263,17 @@ def embed(model: torch.nn.Module, images, device: torch.device, batch_size: int 
     return emb, (torch.cat(feats) if feats else torch.empty(0))
 
 
+class _ForwardWithFeatures(torch.nn.Module):
+    """The model with ``forward_with_features`` as its forward: the module DDP wraps (DDP hooks ``forward``)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor):
+        return self.model.forward_with_features(x)
+
+
 @dataclass
 class TrainResult:
     model: torch.nn.Module
@@ -341,10 +358,14 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=True)
         device = pick_device(runtime["device"])
         gpu = gpu_settings(runtime, device)
+        ddp = distributed.current()
+        # ranks other than 0 record nothing: rank 0 holds the MLflow run and writes the checkpoint
+        tracker = self.tracker if ddp.is_main else NullTracker()
         labels = np.asarray(self.train_set.labels, dtype=np.int64)
         self._check_batch(labels)
         num_classes = int(labels.max()) + 1
         batch_size = cfg["batch"]["classes"] * cfg["batch"]["per_class"]
+        ddp.check_batch(batch_size)
 
         torch.manual_seed(self.spec.seed)
         pipeline = InputPipeline.from_params(cfg, runtime, self.spec.seed, device)
@@ -362,6 +383,13 @@ class Trainer:
         model = model.to(device)
         if gpu["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
+        if ddp.active:
+            gpu["distributed"] = ddp.describe()
+            gpu["distributed"]["sync_batchnorm"] = bool(runtime["sync_batchnorm"] and device.type == "cuda")
+            if gpu["distributed"]["sync_batchnorm"]:
+                model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+            elif runtime["sync_batchnorm"] and ddp.is_main:
+                print("runtime.sync_batchnorm: PyTorch's SyncBatchNorm needs CUDA; batch-norm statistics are per rank")
         method = build_method(
             self.spec.method,
             MethodSetup(
@@ -405,12 +433,23 @@ class Trainer:
                 seconds = state.get("epoch_seconds", [])
                 best = state.get("best")
                 start_epoch = resumed_from = state["epoch"] + 1
-                print(f"resuming from {self.checkpoint_path} after epoch {start_epoch} of {cfg['epochs']}")
+                if ddp.is_main:
+                    print(f"resuming from {self.checkpoint_path} after epoch {start_epoch} of {cfg['epochs']}")
             else:
                 what = "params or data" if state.get("fingerprint") != fingerprint else "the code"
                 print(f"ignoring checkpoint {self.checkpoint_path}: it belongs to a different configuration "
                       f"({what} changed since); training from scratch")
-        self.tracker.start(run_id)  # returns at once; MLflow opens the run in the background
+        tracker.start(run_id)  # returns at once; MLflow opens the run in the background
+        if ddp.active:
+            # the backbone and head under DDP (gradients averaged over ranks); forward_with_features is the forward.
+            # find_unused_parameters: a method may freeze the backbone or head in some epochs (Method.trainable)
+            device_ids = [device.index if device.index is not None else torch.cuda.current_device()] \
+                if device.type == "cuda" else None
+            forward = torch.nn.parallel.DistributedDataParallel(
+                _ForwardWithFeatures(model), device_ids=device_ids, find_unused_parameters=True)
+        else:
+            forward = model.forward_with_features
+        method_params = [p for p in method.parameters()]
 
         labels_t = torch.as_tensor(labels.copy())
         ids_t = torch.as_tensor(self.sample_ids.copy())
@@ -420,10 +459,14 @@ class Trainer:
             # cached per (step, features): two hooks of one step share one pass over the training set
             key = (step, features)
             if embedded.get("key") != key:
-                embedded.update(key=key, value=embed(model, train_x, device, features=features, pipeline=pipeline))
+                embedded.update(key=key, value=embed_all(train_x, features=features))
             return embedded["value"]
 
         use_gpu = device.type == "cuda"
+
+        def embed_all(images, features: bool = False):
+            # one pass over all rows; under DDP each rank embeds its shard and every rank gets all of them
+            return ddp.embed(lambda x: embed(model, x, device, features=features, pipeline=pipeline), images, features)
 
         def context(epoch: int) -> EpochContext:
             return EpochContext(
@@ -440,8 +483,7 @@ class Trainer:
             torch.manual_seed(_epoch_seed(self.spec.seed, epoch))
             row: dict[str, float] = {"epoch": epoch + 1}
             trainable = method.trainable(epoch)
-            for name, module in model.named_children():
-                module.requires_grad_(name not in trainable.frozen)
+            model.set_frozen(trainable.frozen)
             row.update(method.on_epoch_start(context(epoch)))
             model.train()
             method.train()
@@ -452,16 +494,18 @@ class Trainer:
             batches = epoch_batches(labels, cfg["batch"]["per_class"], batch_size, self.spec.seed, epoch)
             loss_sum, logs_sum = 0.0, {}
             bar = tqdm(batches, desc=f"{self.spec.method} epoch {epoch + 1}/{cfg['epochs']}", unit="step",
-                       disable=not runtime["progress"], leave=False, mininterval=1.0)
-            inputs = pipeline.train_batches(train_x, batches, epoch)
+                       disable=not (runtime["progress"] and ddp.is_main), leave=False, mininterval=1.0)
+            # this rank's rows of every batch (all of them on one process)
+            inputs = pipeline.train_batches(train_x, [ddp.local_rows(b) for b in batches], epoch)
             for idx, x in zip(bar, inputs):
                 index = torch.from_numpy(idx)
                 if gpu["channels_last"]:
                     x = x.to(memory_format=torch.channels_last)
                 with torch.autocast(device.type, dtype=torch.float16, enabled=gpu["amp"]):
-                    emb, feats = model.forward_with_features(x.to(device, non_blocking=True))
+                    emb, feats = forward(x.to(device, non_blocking=True))
                 # losses, memories and banks in float32 (mined similarities, softmaxes and margins in half lose too much)
-                emb, feats = emb.float(), feats.float()
+                # under DDP the method gets the global batch, the same on every rank (``idx`` is the global batch)
+                emb, feats = ddp.gather_rows(emb.float()), ddp.gather_rows(feats.float())
                 batch = Batch(embeddings=emb, features=feats, labels=labels_t[index].to(device),
                               index=index.to(device), sample_id=ids_t[index].to(device), step=step, epoch=epoch)
                 loss, logs = method.loss(batch)
@@ -472,6 +516,7 @@ class Trainer:
                     )
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
+                ddp.average_gradients(method_params)
                 scaler.step(optimizer)
                 scaler.update()
                 scheduler.step()
@@ -492,34 +537,39 @@ class Trainer:
             if last or (cfg["eval_every"] and (epoch + 1) % cfg["eval_every"] == 0):
                 if val_x is not None:
                     val = retrieval_metrics(
-                        embed(model, val_x, device, pipeline=pipeline), self.val_set.labels, recall_at=(1,), nmi=False,
+                        embed_all(val_x), self.val_set.labels, recall_at=(1,), nmi=False,
                         include=MONITOR_METRICS, max_k=self.spec.evaluate.get("max_k", 1023),
+                        device=self.spec.evaluate.get("device", "cpu"),
                     )
                     row.update({f"val_{k}": v for k, v in val.items()})
                     if select_best and (best is None or val["precision_at_1"] > best["score"]):
                         best = {"epoch": epoch + 1, "score": val["precision_at_1"],
                                 "model": copy.deepcopy(model.state_dict()), "method": copy.deepcopy(method.state_dict())}
-                test_emb = embed(model, test_x, device, pipeline=pipeline)
+                test_emb = embed_all(test_x)
                 if last:
                     last_test_emb = test_emb
                 monitor = retrieval_metrics(
                     test_emb, self.test_set.labels, recall_at=(1,), nmi=False, include=MONITOR_METRICS,
-                    max_k=self.spec.evaluate.get("max_k", 1023), query_mask=self.test_set.query_mask,
+                    max_k=self.spec.evaluate.get("max_k", 1023),
+                    device=self.spec.evaluate.get("device", "cpu"), query_mask=self.test_set.query_mask,
                 )
                 row.update({f"test_{k}": v for k, v in monitor.items()})
             history.append(row)
-            self.tracker.log_metrics({**{k: v for k, v in row.items() if k != "epoch"},
-                                      "epoch_seconds": seconds[-1]}, step=epoch + 1)
-            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
-                  + f" epoch_seconds={seconds[-1]:.1f}")
+            tracker.log_metrics({**{k: v for k, v in row.items() if k != "epoch"},
+                                 "epoch_seconds": seconds[-1]}, step=epoch + 1)
+            if ddp.is_main:
+                print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+                      + f" epoch_seconds={seconds[-1]:.1f}")
             state = {
                 "fingerprint": fingerprint, "code": code, "epoch": epoch, "step": step, "history": history,
-                "run_id": self.tracker.current_run_id(), "epoch_seconds": seconds,
+                "run_id": tracker.current_run_id(), "epoch_seconds": seconds,
                 "model": model.state_dict(), "method": method.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "best": best,
                 **({"scaler": scaler.state_dict()} if gpu["amp"] else {}),
             }
-            io.write_with(self.checkpoint_path, lambda p: torch.save(state, p))
+            if ddp.is_main:
+                io.write_with(self.checkpoint_path, lambda p: torch.save(state, p))
+            ddp.barrier()  # no rank runs ahead of the checkpoint (a resume finds it whole)
             if self.stop_after_epoch is not None and epoch + 1 >= self.stop_after_epoch and not last:
                 raise KeyboardInterrupt(f"stopped after epoch {epoch + 1} (stop_after_epoch)")
 
@@ -531,16 +581,16 @@ class Trainer:
             selected_epoch = best["epoch"]
         # the last epoch's model is the final one unless validation chose another: its test pass is reused
         reuse = last_test_emb is not None and selected_epoch == cfg["epochs"]
-        test_emb = last_test_emb if reuse else embed(model, test_x, device, pipeline=pipeline)
-        train_emb = embed(model, train_x, device, pipeline=pipeline)
-        val_emb = embed(model, val_x, device, pipeline=pipeline) if val_x is not None else None
+        test_emb = last_test_emb if reuse else embed_all(test_x)
+        train_emb = embed_all(train_x)
+        val_emb = embed_all(val_x) if val_x is not None else None
         exports = {k: np.asarray(v) for k, v in method.export(context(cfg["epochs"])).items()}
         for name, values in exports.items():
             if len(values) != len(labels):
                 raise ValueError(f"{self.spec.method}.export(): {name!r} has {len(values)} values for "
                                  f"{len(labels)} training rows")
         histograms = decision_histograms(method.decisions(), self.truth) if self.truth is not None else {}
-        return TrainResult(model, method, history, test_emb, train_emb, resumed_from, self.tracker.run_id,
+        return TrainResult(model, method, history, test_emb, train_emb, resumed_from, tracker.run_id,
                            selected_epoch=selected_epoch, val_embeddings=val_emb, epoch_seconds=seconds,
                            exports=exports, device={**describe_device(device), "gpu_settings": gpu},
                            decision_histograms=histograms)

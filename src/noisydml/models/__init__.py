@@ -133,6 +133,16 @@ class EmbeddingNet(nn.Module):
                 for p in module.parameters():
                     p.requires_grad_(False)
 
+    def set_frozen(self, frozen: tuple[str, ...]) -> None:
+        """Train every top-level part (``backbone``, ``head``) but those in ``frozen`` (a method's choice per epoch);
+        with ``frozen_bn`` the batch-norm affine parameters stay frozen whatever the method says."""
+        for name, module in self.named_children():
+            module.requires_grad_(name not in frozen)
+        if self.frozen_bn:
+            for module in self._batch_norms():
+                for p in module.parameters():
+                    p.requires_grad_(False)
+
     def _batch_norms(self):
         return [m for m in self.backbone.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
 

@@ -192,7 +192,7 @@ NOISE_KINDS: dict[str, NoiseKind] = {
         },
         apply=_published_list,
         description="the authors' published noisy training list; noisy = absent from their kept list",
-        extra_check=lambda cfg, raw, where: check_published_list(cfg, raw, where),
+        extra_check=check_published_list,
     ),
 }
 

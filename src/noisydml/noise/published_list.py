@@ -35,15 +35,16 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io as _io
-import urllib.error
-import urllib.request
-from pathlib import Path
+import tempfile
+import urllib.parse
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pandas as pd
 
+from noisydml.data.download import Archive, DownloadError, fetch_archive
 from noisydml.noise.small_cluster import NoiseInputError
-from noisydml.schema import Field, ParamsError, check_section
+from noisydml.schema import Field, ParamsError, check_section, check_sha256
 
 LIST_SCHEMA = {
     "source": Field(str, help="path (relative to the repository) or http(s) URL of the list; .gz is read as gzip"),
@@ -60,23 +61,24 @@ def check_list_spec(raw, where: str, required: bool = True) -> dict | None:
     if not isinstance(raw, dict):
         raise ParamsError(f"{where}: {raw!r} is not a mapping; expected {{source: path-or-URL, sha256: hex}}")
     spec = check_section(raw, LIST_SCHEMA, where)
-    sha = spec["sha256"].lower()
-    if len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha):
-        raise ParamsError(f"{where}.sha256: {spec['sha256']!r} is not a sha256 (64 hex digits)")
-    spec["sha256"] = sha
+    spec["sha256"] = check_sha256(spec["sha256"], f"{where}.sha256")
     return spec
 
 
 def read_list_bytes(source: str, timeout: float = 60.0) -> bytes:
-    """The list's text: read from a path, or fetched whole from an http(s) URL (lists are at most a few MB)."""
+    """The list's text: read from a path, or fetched from an http(s) URL by the benchmarks' downloader (retries,
+    a resumed transfer) into a temporary folder; the sha256 pinned is that of the uncompressed text, checked by
+    the caller, so the download itself is not pinned."""
     if source.startswith(("http://", "https://")):
-        try:
-            request = urllib.request.Request(source, headers={"User-Agent": "noisydml/1"})
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                data = response.read()
-        except (urllib.error.URLError, OSError) as error:
-            raise NoiseInputError(f"{source}: cannot fetch the label list ({error}); download it by hand and give "
-                                  "its path as source (the sha256 stays the same)") from error
+        name = PurePosixPath(urllib.parse.urlparse(source).path).name or "list"
+        with tempfile.TemporaryDirectory(prefix="noisydml-list-") as folder:
+            try:
+                path, _, _ = fetch_archive(Archive(name, url=source), Path(folder), timeout=timeout, progress=False)
+            except DownloadError as error:
+                raise NoiseInputError(f"{source}: cannot fetch the label list ({str(error).splitlines()[0]}); "
+                                      "download it by hand and give its path as source (the sha256 stays the "
+                                      "same)") from error
+            data = path.read_bytes()
     else:
         path = Path(source)
         if not path.is_file():
@@ -208,7 +210,9 @@ DATASET_LISTS_SCHEMA = {
 }
 
 
-def check_published_list(cfg: dict, body: dict, where: str) -> dict:
+def check_published_list(cfg: dict, raw: dict, where: str) -> dict:
+    """The lists of a ``published_list`` setting, each checked (``raw``, the section as written, is not needed:
+    the signature is the noise kinds' ``extra_check``)."""
     if not cfg["lists"]:
         raise ParamsError(f"{where}.lists: empty; give one entry per dataset: "
                           "{<dataset>: {noisy_list, kept_list, clean_list, strip_prefix}}")

@@ -69,7 +69,8 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
     # In-Shop's protocol: queries against a gallery; otherwise every test row queries all the others
     query_mask = data["query_mask"] if "query_mask" in data.files else None
     metrics = retrieval_metrics(data["embeddings"], data["labels"], recall_at=cfg["recall_at"],
-                                max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed, query_mask=query_mask)
+                                max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed, query_mask=query_mask,
+                                device=cfg["device"])
     k_used, exact = neighbours_used(data["labels"], cfg["recall_at"], cfg["max_k"], query_mask)
     run_info = io.read_json(run / "run.json")
     history = pd.read_csv(run / "history.csv")

@@ -9,6 +9,7 @@ goes to ``.runinfo/`` beside it, outside DVC's outputs.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,8 @@ from noisydml.config import (
 )
 from noisydml.data.images import InputPipeline
 from noisydml.data.prepared import sha256_file
-from noisydml.engine.trainer import RunSpec, Trainer, embed
+from noisydml.engine import distributed
+from noisydml.engine.trainer import NullTracker, RunSpec, Trainer, embed
 from noisydml.methods import check_frozen_backbone, check_method
 from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
@@ -107,8 +109,27 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sgps-ablation", help="with --seed: a variant of figures.sgps_ablations (instead of the grid)")
 
 
-def run_from_arguments(params: dict, args) -> Path:
-    """Train what the options name (:func:`add_arguments`), refusing mixed or incomplete options."""
+def run_from_arguments(params: dict, args) -> Path | None:
+    """Train what the options name (:func:`add_arguments`), refusing mixed or incomplete options.
+
+    ``runtime.processes`` > 1: the stage starts itself again under ``torchrun`` as that many processes, which
+    train the run together (:mod:`noisydml.engine.distributed`); rank 0 writes the run folder."""
+    processes = params["runtime"]["processes"]
+    if processes > 1 and not distributed.launched_by_torchrun():
+        status = distributed.relaunch_under_torchrun(processes, sys.argv)
+        if status:
+            raise SystemExit(status)
+        return None
+    started_group = distributed.launched_by_torchrun() and not torch.distributed.is_initialized()
+    distributed.init_from_environment(params["runtime"]["device"])
+    try:
+        return _run_named(params, args)
+    finally:
+        if started_group:
+            torch.distributed.destroy_process_group()
+
+
+def _run_named(params: dict, args) -> Path:
     given = {k for k in ("dataset", "noise", "method", "seed", "chain", "embedding_dim", "lam", "mu", "sgps_ablation")
              if getattr(args, k) is not None}
     flag = {k: "--" + k.replace("_", "-") for k in given}
@@ -171,7 +192,8 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
     spec = RunSpec(method=method, method_hparams=hparams, train=params["train"], seed=seed,
                    data_fingerprint=data.fingerprint, evaluate=params["evaluate"], upstream=upstream,
                    pretrained=pretrained)
-    tracker = MlflowTracker(
+    main = distributed.current().is_main
+    tracker = NullTracker() if not main else MlflowTracker(
         params["tracking"]["experiment"],
         name,
         params={
@@ -197,6 +219,8 @@ def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_
         raise
 
     out = layout.run(dataset, noise, name_in_grid, seed)
+    if not main:  # rank 0 writes the run folder and closes the MLflow run
+        return out
     history = pd.DataFrame(result.history)
     with io.atomic_dir(out) as tmp:
         torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),

@@ -116,7 +116,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
             values.append("" if mine is None else f"{mine:.2f}")
         note = group["note"].iloc[0]
         mark = ""
-        if note and group["comparable"].iloc[0] == "yes" and "caption" in note:
+        if group["footnote"].iloc[0] == "yes":  # the reference table's own flag (its note is the footnote)
             notes[row] = note
             mark = " ‡"
         name = f"{row}{mark} (`{method}`)" if method else f"{row} (not implemented here)"

@@ -1,0 +1,164 @@
+"""One run on two processes (DDP, gloo on the CPU) against the same run on one process with the same global batch.
+
+Batch-norm is frozen (``train.frozen_bn``) in these runs: PyTorch's SyncBatchNorm runs on CUDA only, so on the
+CPU each rank would normalise its own half of the batch and the two runs would differ by design.
+"""
+
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from noisydml.config import load_params
+from noisydml.data import glyphs
+from noisydml.engine import distributed
+from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
+from noisydml.pipeline.check import check_all
+from noisydml.schema import ParamsError
+
+PARAMS = check_all(load_params("params.yaml"))
+RUNTIME = {**PARAMS["runtime"], "progress": False, "threads": 1}
+
+
+def _data():
+    images, labels, _ = glyphs.generate(12, 6, 16, seed=0)
+    train, test = labels < 6, labels >= 6
+    return ImageSet(images[train], labels[train]), ImageSet(images[test], labels[test])
+
+
+def _spec(method: str, epochs: int = 3) -> RunSpec:
+    cfg = copy.deepcopy(PARAMS["train"])
+    cfg.update({"epochs": epochs, "batch": {"classes": 3, "per_class": 2}, "backbone_width": 4, "embedding_dim": 8,
+                "frozen_bn": True, "eval_every": 1})
+    hp = copy.deepcopy(PARAMS["methods"][method])
+    if "memory_size" in hp:
+        hp["memory_size"] = 24
+    return RunSpec(method, hp, cfg, seed=5, data_fingerprint="test")
+
+
+def _summary(result) -> dict:
+    return {"history": result.history, "test": result.test_embeddings, "train": result.train_embeddings,
+            "model": {k: v.clone() for k, v in result.model.state_dict().items()},
+            "method": {k: v.clone() for k, v in result.method.state_dict().items() if isinstance(v, torch.Tensor)},
+            "resumed_from": result.resumed_from_epoch, "device": result.device}
+
+
+def _worker(rank: int, world: int, init: str, method: str, checkpoint: str, out: str, stop: int | None):
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    try:
+        trainer = Trainer(_spec(method), *_data(), checkpoint_path=checkpoint, runtime=RUNTIME,
+                          stop_after_epoch=stop)
+        try:
+            summary = _summary(trainer.fit())
+        except KeyboardInterrupt:
+            summary = {"stopped": True}
+        torch.save(summary, f"{out}.rank{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def _two_processes(tmp_path: Path, method: str, checkpoint: Path, stop: int | None = None) -> list[dict]:
+    init = tempfile.mktemp(dir=tmp_path)
+    out = str(tmp_path / f"{method}-{stop}")
+    mp.spawn(_worker, args=(2, init, method, str(checkpoint), out, stop), nprocs=2)
+    return [torch.load(f"{out}.rank{r}", weights_only=False) for r in range(2)]
+
+
+def _one_process(tmp_path: Path, method: str) -> dict:
+    torch.set_num_threads(1)
+    return _summary(Trainer(_spec(method), *_data(), checkpoint_path=tmp_path / f"{method}-one.pt",
+                            runtime=RUNTIME).fit())
+
+
+@pytest.mark.parametrize("method", ["prism", "proxy_anchor"])
+def test_two_processes_follow_the_one_process_run(tmp_path, method):
+    """prism: the class-centre memory and XBM filled from the gathered batch; proxy_anchor: proxies (a method's
+    own parameters, averaged over ranks). Same losses to tolerance; every buffer and parameter identical across
+    ranks, bit for bit."""
+    one = _one_process(tmp_path, method)
+    rank0, rank1 = _two_processes(tmp_path, method, tmp_path / f"{method}-two.pt")
+    np.testing.assert_allclose([h["loss"] for h in rank0["history"]], [h["loss"] for h in one["history"]],
+                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose([h["test_precision_at_1"] for h in rank0["history"]],
+                               [h["test_precision_at_1"] for h in one["history"]], atol=1e-9)
+    torch.testing.assert_close(rank0["test"], one["test"], rtol=1e-4, atol=1e-5)
+    for part in ("model", "method"):
+        assert rank0[part].keys() == rank1[part].keys() == one[part].keys()
+        for key in rank0[part]:
+            assert torch.equal(rank0[part][key], rank1[part][key]), f"{part}.{key} differs between ranks"
+            if rank0[part][key].is_floating_point():
+                torch.testing.assert_close(rank0[part][key], one[part][key], rtol=1e-3, atol=1e-4,
+                                           msg=f"{part}.{key}")
+            else:
+                assert torch.equal(rank0[part][key], one[part][key]), f"{part}.{key}"
+    assert torch.equal(rank0["test"], rank1["test"]) and torch.equal(rank0["train"], rank1["train"])
+    assert rank0["history"] == rank1["history"]
+    assert rank0["device"]["gpu_settings"]["distributed"] == {"processes": 2, "backend": "gloo",
+                                                              "sync_batchnorm": False}
+    assert "distributed" not in one["device"]["gpu_settings"]
+    if method == "prism":  # the memory is not empty: the comparison above compared something
+        assert int((rank0["method"]["memory.labels"] >= 0).sum()) > 0
+
+
+def test_two_processes_resume_after_a_kill(tmp_path):
+    checkpoint = tmp_path / "prism.pt"
+    (tmp_path / "whole").mkdir()
+    whole = _two_processes(tmp_path / "whole", "prism", tmp_path / "whole.pt")
+    stopped = _two_processes(tmp_path, "prism", checkpoint, stop=1)
+    assert stopped == [{"stopped": True}, {"stopped": True}] and checkpoint.is_file()
+    resumed = _two_processes(tmp_path, "prism", checkpoint)
+    assert resumed[0]["resumed_from"] == resumed[1]["resumed_from"] == 1
+    assert [h["loss"] for h in resumed[0]["history"]] == [h["loss"] for h in whole[0]["history"]]
+    assert torch.equal(resumed[0]["test"], whole[0]["test"])
+    for key, value in whole[0]["method"].items():
+        assert torch.equal(resumed[1]["method"][key], value), key
+
+
+def test_batch_must_split_over_the_processes():
+    with pytest.raises(ParamsError, match="a batch of 6 rows does not split over runtime.processes = 4"):
+        distributed.Distributed(rank=0, world_size=4).check_batch(6)
+
+
+def test_shards_cover_every_row_once():
+    for n in (0, 1, 5, 6, 7):
+        rows = [range(n)[distributed.Distributed(rank=r, world_size=3).shard(n)] for r in range(3)]
+        assert [i for part in rows for i in part] == list(range(n))
+
+
+def test_one_process_is_the_identity():
+    one = distributed.Distributed()
+    x = torch.arange(6.0).view(3, 2)
+    assert one.gather_rows(x) is x and not one.active and one.is_main
+    assert np.array_equal(one.local_rows(np.arange(6)), np.arange(6))
+
+
+def test_torchrun_relaunch_of_a_stage(tmp_path):
+    """``runtime.processes`` = 2 outside torchrun: the stage runs again as two torchrun processes, which join a
+    gloo group from the environment torchrun sets (the train stage end to end: ``test_e2e``)."""
+    script = tmp_path / "stage.py"
+    script.write_text(
+        "import sys, torch, torch.distributed as dist\n"
+        "from noisydml.engine import distributed\n"
+        "if not distributed.launched_by_torchrun():\n"
+        "    sys.exit(distributed.relaunch_under_torchrun(2, sys.argv))\n"
+        "d = distributed.init_from_environment('cpu')\n"
+        "x = d.gather_rows(torch.full((2, 1), float(d.rank)))\n"
+        "open(f'{sys.argv[1]}.{d.rank}', 'w').write(f'{d.rank} {d.world_size} {d.backend} {x.view(-1).tolist()}')\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop(distributed.WORLD_SIZE_ENV, None)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "runtime.processes = 2: " in done.stdout and "torch.distributed.run --standalone" in done.stdout
+    for rank in (0, 1):
+        assert Path(f"{out}.{rank}").read_text() == f"{rank} 2 gloo [0.0, 0.0, 1.0, 1.0]"
