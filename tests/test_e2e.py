@@ -336,6 +336,8 @@ def test_a_run_on_two_processes_through_the_stage_resumes_bit_exactly(repo, tmp_
     params["train"]["epochs"] = 2
     (copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     stage = "train@glyphs-clean-prism-0"
+    before = _mlflow_statuses(copy, env)
+    assert before and set(before) == {"FINISHED"}
     out = _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", stage], copy, env)
     assert "runtime.processes = 2: " in out and "torch.distributed.run --standalone --nproc_per_node=2" in out
     run = copy / "runs" / "glyphs" / "clean" / "prism" / "seed0"
@@ -350,12 +352,16 @@ def test_a_run_on_two_processes_through_the_stage_resumes_bit_exactly(repo, tmp_
     out = _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", stage], copy, env)
     assert "after epoch 1 of 2" in out
     assert _lock(copy)[stage]["outs"][0]["md5"] == whole
+    # two MLflow runs more than the copy had: the two-process run, and the killed run resumed (one run); rank 1
+    # made none
+    assert _mlflow_statuses(copy, env) == before + ["FINISHED", "FINISHED"]
+
+
+def _mlflow_statuses(root, env) -> list[str]:
     code = (
         "import mlflow, json;"
-        f"mlflow.set_tracking_uri('sqlite:///{copy / 'mlflow.db'}');"
+        f"mlflow.set_tracking_uri('sqlite:///{root / 'mlflow.db'}');"
         "runs = mlflow.search_runs(experiment_names=['noisydml'], filter_string=\"tags.mlflow.runName = 'glyphs-clean-prism-0'\");"
         "print(json.dumps(sorted(runs['status'])))"
     )
-    # the grid's run, the two-process run, and the killed-then-resumed one (one MLflow run, resumed): rank 1 made none
-    statuses = json.loads(_run([sys.executable, "-c", code], copy, env).strip().splitlines()[-1])
-    assert statuses == ["FINISHED", "FINISHED", "FINISHED"]
+    return json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
