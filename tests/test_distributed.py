@@ -162,3 +162,32 @@ def test_torchrun_relaunch_of_a_stage(tmp_path):
     assert "runtime.processes = 2: " in done.stdout and "torch.distributed.run --standalone" in done.stdout
     for rank in (0, 1):
         assert Path(f"{out}.{rank}").read_text() == f"{rank} 2 gloo [0.0, 0.0, 1.0, 1.0]"
+
+
+def _embed_worker(rank: int, init: str, out: str):
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    try:
+        d = distributed.current()
+        rows = np.arange(1, dtype=np.float32)  # one row on two ranks: rank 1's shard is empty
+
+        def embed_rows(x, features=False):
+            if len(x) == 0:  # as trainer.embed answers no rows: shapeless empty tensors
+                return (torch.empty(0), torch.empty(0)) if features else torch.empty(0)
+            e = torch.as_tensor(x)[:, None].repeat(1, 3) + 1.0
+            return (e, e.double() * 2) if features else e
+
+        emb = d.embed(embed_rows, rows)
+        emb_f, feats = d.embed(lambda x: embed_rows(x, True), rows, features=True)
+        torch.save({"emb": emb, "emb_f": emb_f, "feats": feats}, f"{out}.rank{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_empty_shard_gathers_the_others_rows(tmp_path):
+    """Fewer rows than ranks: the rank with no rows still takes part, with a (0, D) block of the right dtype."""
+    out = str(tmp_path / "embed")
+    mp.spawn(_embed_worker, args=(tempfile.mktemp(dir=tmp_path), out), nprocs=2)
+    for rank in range(2):
+        got = torch.load(f"{out}.rank{rank}", weights_only=False)
+        assert torch.equal(got["emb"], torch.ones(1, 3)) and torch.equal(got["emb_f"], torch.ones(1, 3))
+        assert got["feats"].dtype == torch.float64 and torch.equal(got["feats"], torch.full((1, 3), 2.0, dtype=torch.float64))

@@ -18,6 +18,13 @@ def _as_float32(x) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x, dtype=np.float32))
 
 
+def faiss_gpu_available() -> bool:
+    """Whether faiss can search on a GPU here: its GPU build is installed and sees a device."""
+    import faiss
+
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
 def knn(queries, k: int, gallery=None, use_gpu: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest inner products of each query over the gallery: ``(similarities, indices)``, (Q, k).
 
@@ -31,7 +38,7 @@ def knn(queries, k: int, gallery=None, use_gpu: bool = False) -> tuple[np.ndarra
     g = q if self_search else _as_float32(gallery)
     kk = min(k + 1 if self_search else k, len(g))
     index = faiss.IndexFlatIP(g.shape[1])
-    if use_gpu and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+    if use_gpu and faiss_gpu_available():
         import torch  # the process's own GPU (one per rank under DDP)
 
         index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), torch.cuda.current_device(), index)

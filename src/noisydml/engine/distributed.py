@@ -131,7 +131,14 @@ class Distributed:
         if not self.active:
             return embed_rows(images)
         n = len(images)
-        out = embed_rows(images[self.shard(n)])
+        rows = self.shard(n)
+        if rows.start == rows.stop and n:
+            # an empty shard (rows run out before the last rank): embed one row and keep none of it, so this rank
+            # gathers a (0, D) block of the others' shape and dtype rather than a shapeless empty tensor
+            out = embed_rows(images[:1])
+            out = (out[0][:0], out[1][:0]) if features else out[:0]
+        else:
+            out = embed_rows(images[rows])
         if features:
             return self.gather_shards(out[0], n), self.gather_shards(out[1], n)
         return self.gather_shards(out, n)

@@ -26,6 +26,7 @@ from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from pytorch_metric_learning.utils.inference import FaissKMeans, FaissKNN
 
 from noisydml.evaluation import metric_names
+from noisydml.neighbours import faiss_gpu_available
 
 KNN_METRICS = ("precision_at_1", "mean_average_precision_at_r", "r_precision")
 _SAID: set[str] = set()
@@ -35,9 +36,7 @@ def search_device(name: str) -> torch.device:
     """``evaluate.device``: ``cpu``, or ``auto`` = the current CUDA device when faiss can search on it."""
     if name == "cpu":
         return torch.device("cpu")
-    import faiss
-
-    if torch.cuda.is_available() and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+    if torch.cuda.is_available() and faiss_gpu_available():
         return torch.device("cuda", torch.cuda.current_device())
     if "auto" not in _SAID:
         _SAID.add("auto")
