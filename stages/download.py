@@ -1,7 +1,14 @@
 """DVC stage: fetch one dataset's files (data/raw/<dataset>); nothing for the embedded and folder datasets."""
 
 from noisydml.cli import run_grid_stage
-from noisydml.pipeline.download import download
+
+
+def _load():
+    # imported here, not at the top: run_stage has pinned runtime.numerics before the numeric libraries load
+    from noisydml.pipeline.download import download
+
+    return download
+
 
 if __name__ == "__main__":
-    run_grid_stage(__doc__, ("dataset",), download)
+    run_grid_stage(__doc__, ("dataset",), _load)

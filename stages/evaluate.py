@@ -2,7 +2,14 @@
 (metrics/<dataset>/<noise>/<run>/seed<k>.json); runs whose inputs did not change keep their metrics."""
 
 from noisydml.cli import run_grid_stage
-from noisydml.pipeline.evaluate import evaluate
+
+
+def _load():
+    # imported here, not at the top: run_stage has pinned runtime.numerics before the numeric libraries load
+    from noisydml.pipeline.evaluate import evaluate
+
+    return evaluate
+
 
 if __name__ == "__main__":
-    run_grid_stage(__doc__, ("dataset",), evaluate)
+    run_grid_stage(__doc__, ("dataset",), _load)

@@ -1,7 +1,14 @@
 """DVC stage: pretrain the backbone on the embedded source glyphs (data/pretrained), when train.pretrained is embedded."""
 
 from noisydml.cli import run_stage
-from noisydml.pipeline.pretrain import pretrain
+
+
+def _load():
+    # imported here, not at the top: run_stage has pinned runtime.numerics before the numeric libraries load
+    from noisydml.pipeline.pretrain import pretrain
+
+    return lambda params, args: pretrain(params)
+
 
 if __name__ == "__main__":
-    run_stage(__doc__, lambda parser: None, lambda params, args: pretrain(params))
+    run_stage(__doc__, lambda parser: None, _load)

@@ -1,10 +1,22 @@
 import copy
+import os
 from pathlib import Path
+
+# Test files run on several worker processes at once (pytest-xdist; pyproject.toml): OpenMP threads that spin while
+# they wait starve the other worker's (measured ~60x slower on 2 cores); waiting threads sleep instead. Set before
+# any test module loads torch; stages started by the tests inherit it. It does not change any result.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end files first: each is minutes on one worker (pytest-xdist hands out whole files in collection
+    order), so the other files fill the other workers meanwhile instead of waiting for them at the end."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("e2e") else 1)
 
 
 @pytest.fixture
@@ -29,6 +41,8 @@ def tiny_params(raw):
     raw["datasets"]["glyphs"].update(num_classes=12, images_per_class=6, image_size=16)
     raw["train"].update(epochs=1, batch={"classes": 4, "per_class": 2}, eval_every=1, backbone_width=4, embedding_dim=8)
     raw["methods"]["mcl"]["memory_size"] = 64
+    # one thread: a tiny model gains nothing from two, and MLflow's thread opening the run gets the other core
+    raw["runtime"]["threads"] = 1
     return raw
 
 
@@ -41,9 +55,10 @@ def run_command(cmd, cwd, env, timeout=900):
     return proc.stdout
 
 
-def dvc_repo(root, raw):
+def dvc_repo(root, raw, targets=()):
     """A temporary git + DVC repository at ``root`` with this repository's pipeline and code and ``raw`` as its
-    params.yaml, after one `dvc repro`: ``(env, repro output)``. Stages run this interpreter."""
+    params.yaml, after one `dvc repro` (of ``targets`` and what they need, or of everything): ``(env, repro
+    output)``. Stages run this interpreter."""
     import os
     import shutil
     import sys
@@ -65,7 +80,7 @@ def dvc_repo(root, raw):
     run_command([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root, env)
     run_command(["git", "add", "-A"], root, env)
     run_command(["git", "commit", "-qm", "init"], root, env)
-    return env, run_command([sys.executable, "-m", "dvc", "repro"], root, env)
+    return env, run_command([sys.executable, "-m", "dvc", "repro", *targets], root, env)
 
 
 def batch_of(embeddings, labels, step=0, index=None, epoch=0, features=None):

@@ -167,6 +167,8 @@ def _converged(labels, xi_pos, xi_neg, lam, mu, block=1):
 
 @pytest.mark.parametrize("block", [1, 16])
 def test_larger_age_gives_larger_maw_and_larger_mu_smaller_sdaw(block):
+    """Slow with block 1 (about 7 s): six weight solves to convergence, one coordinate at a time, the exact
+    Alg. 3 the blocked solver must agree with."""
     labels, xi_pos, xi_neg = _fixed_xi_problem()
     maws = [maw_sdaw(_converged(labels, xi_pos, xi_neg, lam, 0.0, block), labels)[0] for lam in (3.0, 4.0, 5.0)]
     assert maws[0] < maws[1] < maws[2], maws

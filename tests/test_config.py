@@ -174,10 +174,11 @@ def test_bspml_cells_are_runs_named_as_dvc_writes_their_values():
 def test_the_train_stage_refuses_mixed_or_incomplete_options():
     import argparse
 
-    from noisydml.pipeline.train import add_arguments, run_from_arguments
+    from noisydml.cli import add_train_arguments
+    from noisydml.pipeline.train import run_from_arguments
 
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_train_arguments(parser)
     params = load_params(REPO / "params.yaml")
     for argv, message in [
         ([], "name a run: --dataset --noise --method --seed (a grid run)"),

@@ -228,9 +228,6 @@ class _NoTracking:
     def start(self, run_id=None):
         return None
 
-    def current_run_id(self):
-        return None
-
     def log_metrics(self, *args, **kwargs):
         pass
 

@@ -2,6 +2,10 @@
 
 Batch-norm is frozen (``train.frozen_bn``) in these runs: PyTorch's SyncBatchNorm runs on CUDA only, so on the
 CPU each rank would normalise its own half of the batch and the two runs would differ by design.
+
+Why these tests are slow (5-45 s each): every two-process run starts two fresh interpreters that import torch and
+join a gloo group (several seconds before the first step); the resume test needs three such runs (whole, killed,
+resumed).
 """
 
 import copy

@@ -1,5 +1,9 @@
 """SGPS end to end: `dvc repro` of a grid sgps run, its posterior data clean chain (stage 2 on the exported c^B as
-cluster labels, stage 3 from stage 2's weights) and one ablation variant, in a temporary repository."""
+cluster labels, stage 3 from stage 2's weights) and one ablation variant, in a temporary repository.
+
+Why it is slow (about a minute on 2 cores): ten stages, each a process importing torch, MLflow and faiss; the
+chain's three stages must run one after the other. Its own file, so it runs beside test_e2e.py.
+"""
 
 import sys
 

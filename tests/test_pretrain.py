@@ -15,6 +15,8 @@ from noisydml.schema import ParamsError
 
 @pytest.fixture(scope="module")
 def source_and_target():
+    """Slow (about 11 s, once per process): both sets are chosen by rendering every candidate character in every
+    face and comparing the pictures; the functions cache their answer for the rest of the process."""
     return glyphs.source_chars(), glyphs.available_chars()
 
 

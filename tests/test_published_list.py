@@ -195,6 +195,8 @@ def test_a_dataset_without_lists_is_named():
 
 
 def test_an_unreachable_list_url_says_what_to_do():
+    """Slow (6 s) by design: the downloader retries three times with 1, 2 and 3 s of back-off before it gives up,
+    and the message after the retries is what this checks."""
     from noisydml.noise.published_list import read_list_bytes
 
     with pytest.raises(NoiseInputError, match=r"http://127.0.0.1:9/CUB.csv: cannot fetch the label list .*download "

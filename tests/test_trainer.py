@@ -223,3 +223,38 @@ def test_frozen_batchnorm_stays_frozen_through_training(data, tmp_path):
             key = f"backbone.{name}.{what}"
             assert torch.equal(trained[key], start[key]), key
     assert not torch.equal(trained["head.weight"], start["head.weight"])  # the rest trained
+
+
+class _SlowlyOpenedRun:
+    """A tracker whose MLflow run opens in the background and is not open yet when the first epoch ends (the
+    real one takes about 3 s of CPU; an epoch of the default run about 1 s)."""
+
+    def __init__(self):
+        self.opened_with, self._id = [], None
+
+    def start(self, run_id=None):
+        self.opened_with.append(run_id)
+
+    @property
+    def run_id(self):  # the real tracker's property waits for the background open
+        self._id = self._id or f"run{len(self.opened_with)}"
+        return self._id
+
+    def log_metrics(self, metrics, step):
+        pass
+
+    def end(self, status="FINISHED"):
+        pass
+
+
+def test_a_run_killed_before_its_tracking_run_opened_resumes_the_same_tracking_run(data, tmp_path):
+    """The first checkpoint waits for the tracker's run id: a run killed after epoch 1 continues its MLflow run
+    instead of starting a second one (seen with two processes on one core)."""
+    spec, first = _spec(), _SlowlyOpenedRun()
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(spec, *data, checkpoint_path=tmp_path / "e.pt", tracker=first, stop_after_epoch=1,
+                runtime={**PARAMS["runtime"], "progress": False}).fit()
+    second = _SlowlyOpenedRun()
+    Trainer(spec, *data, checkpoint_path=tmp_path / "e.pt", tracker=second,
+            runtime={**PARAMS["runtime"], "progress": False}).fit()
+    assert first.opened_with == [None] and second.opened_with == ["run1"]

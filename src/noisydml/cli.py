@@ -1,4 +1,9 @@
-"""Shared argument handling for ``stages/*.py``: load params, turn known errors into clean exits."""
+"""Shared argument handling for ``stages/*.py``: load params, pin the numerics, turn known errors into clean exits.
+
+A stage script imports its pipeline code inside the ``load`` function it hands to :func:`run_stage`, never at the
+top: ``load`` runs after :func:`noisydml.numerics.pin` has set the environment the numeric libraries read when
+they load, and returns the stage's work.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from noisydml import numerics
 from noisydml.config import GRID_KEYS, check_in_grid, load_params
 from noisydml.data import DatasetError
 from noisydml.schema import ParamsError
@@ -25,22 +31,32 @@ def _process_start() -> float:
         return time.time()
 
 
-def _record_timing(name: str, started: float, body_start: float) -> None:
-    """``.runinfo/stages/<name>.json``: where this stage process's time went (``scripts/pipeline_breakdown.py``).
+def _record_timing(name: str, started: float, body_start: float, runtime: dict, taken: dict) -> None:
+    """``.runinfo/stages/<name>.json``: where this stage process's time went (``scripts/pipeline_breakdown.py``)
+    and the host it ran on (its fingerprint's id; the whole fingerprint in ``.runinfo/hosts/<id>.json``).
 
-    Outside DVC's outputs and git: seconds are volatile."""
+    Outside DVC's outputs and git: seconds and hosts are volatile."""
     try:
-        path = Path(".runinfo") / "stages" / f"{name}.json"
+        host = numerics.host_fingerprint(runtime)
+        root = Path(".runinfo")
+        (root / "hosts").mkdir(parents=True, exist_ok=True)
+        (root / "hosts" / f"{host['id']}.json").write_text(json.dumps(host, indent=1) + "\n")
+        path = root / "stages" / f"{name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         end = time.time()
         path.write_text(json.dumps({"stage": name, "process_start": started, "body_start": body_start,
                                     "end": end, "startup_seconds": body_start - started,
-                                    "wall_seconds": end - started}) + "\n")
+                                    "wall_seconds": end - started, "host": host["id"],
+                                    "numerics": runtime["numerics"], "threads": runtime["threads"],
+                                    "code_paths": taken}) + "\n")
     except OSError:
         pass
 
 
-def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], None], body: Callable) -> None:
+def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], None],
+              load: Callable[[], Callable[[dict, argparse.Namespace], object]]) -> None:
+    """Parse the options, load and validate params, pin ``runtime.numerics``, then ``load()`` (which imports the
+    pipeline code and returns the work) and run the work on ``(params, args)``."""
     started = _process_start()
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
@@ -50,10 +66,15 @@ def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], No
     name = "@".join([stage, "-".join(str(v) for k, v in vars(args).items() if k != "params" and v is not None)])
     try:
         params = load_params(args.params)
+        numerics.pin(params["runtime"])
+        work = load()
+        # the libraries took the pinned code paths, before any work and again after it (the work may load more)
+        numerics.verify(params["runtime"])
         body_start = time.time()
-        body(params, args)
-        _record_timing(name.rstrip("@"), started, body_start)
-    except ParamsError as e:
+        work(params, args)
+        taken = numerics.verify(params["runtime"])
+        _record_timing(name.rstrip("@"), started, body_start, params["runtime"], taken)
+    except (ParamsError, numerics.NumericsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except (FileNotFoundError, DatasetError) as e:
@@ -62,17 +83,35 @@ def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], No
         sys.exit(1)
 
 
-def run_grid_stage(description: str, keys: tuple[str, ...], work: Callable) -> None:
+def run_grid_stage(description: str, keys: tuple[str, ...], load: Callable[[], Callable]) -> None:
     """A stage for one item of the grid: ``--dataset/--noise/--method/--seed`` (those in ``keys``),
-    checked against params.yaml's grid, then ``work(params, dataset=..., ...)``."""
+    checked against params.yaml's grid, then ``work(params, dataset=..., ...)`` with ``work = load()``."""
 
     def add_args(parser):
         for key in keys:
             parser.add_argument(f"--{key}", type=GRID_KEYS[key][1], required=True)
 
-    def body(params, args):
-        item = {key: getattr(args, key) for key in keys}
-        check_in_grid(params, **item)
-        work(params, **item)
+    def load_item():
+        work = load()
 
-    run_stage(description, add_args, body)
+        def run_item(params, args):
+            item = {key: getattr(args, key) for key in keys}
+            check_in_grid(params, **item)
+            work(params, **item)
+
+        return run_item
+
+    run_stage(description, add_args, load_item)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """The train stage's options: a grid run, a chained run, or one of a figure's own runs."""
+    for key in ("dataset", "noise", "method"):
+        parser.add_argument(f"--{key}")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--chain", help="a key of params.yaml's chains section (instead of the grid options)")
+    parser.add_argument("--embedding-dim", type=int,
+                        help="with --method and --seed: a point of figures.embedding_size (instead of the grid)")
+    parser.add_argument("--lam", help="with --mu and --seed: a cell of figures.bspml_cells (instead of the grid)")
+    parser.add_argument("--mu")
+    parser.add_argument("--sgps-ablation", help="with --seed: a variant of figures.sgps_ablations (instead of the grid)")

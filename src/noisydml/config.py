@@ -86,7 +86,12 @@ SCHEDULE_SCHEMA = {
 RUNTIME_SCHEMA = {
     "device": Field(str, "auto", choices=("auto", "cpu", "cuda"),
                     help="auto = CUDA when present (says so when it falls back to the CPU)"),
-    "threads": Field(int, 0, min=0, help="torch CPU threads; 0 = torch's default"),
+    "numerics": Field(str, "portable", choices=("portable", "native"),
+                      help="ours: portable = every numeric library pinned to its x86-64 AVX2 code path and "
+                           "runtime.threads threads, so another x86-64 host gives the same bits; native = each "
+                           "library's fastest path on this host (noisydml.numerics)"),
+    "threads": Field(int, 2, min=0, help="CPU threads of every thread pool (torch, MKL, OpenBLAS, faiss); 0 = the "
+                                         "libraries' default, the core count (native only: it changes the bits)"),
     "progress": Field(bool, True, help="progress bars"),
     "deterministic": Field(bool, False, help="torch.use_deterministic_algorithms (GPU runs bit-exact, slower)"),
     "prepare_workers": Field(int, 0, min=0, help="processes decoding and checking image files when preparing a "
@@ -607,6 +612,9 @@ def validate_params(raw: Any) -> dict[str, Any]:
         raise ParamsError(f"train.pretrained: weights {train['pretrained']!r} are for backbone "
                           f"{p['weights'][train['pretrained']]['backbone']!r}, train.backbone is {train['backbone']!r}")
     p["runtime"] = check_section(raw["runtime"], RUNTIME_SCHEMA, "runtime")
+    if p["runtime"]["numerics"] == "portable" and p["runtime"]["threads"] == 0:
+        raise ParamsError("runtime.threads: 0 (the host's core count) with runtime.numerics: portable; allowed: a "
+                          "fixed count >= 1 (the thread count changes the bits), or runtime.numerics: native")
     p["evaluate"] = check_section(raw["evaluate"], EVALUATE_SCHEMA, "evaluate")
     for i, k in enumerate(p["evaluate"]["recall_at"]):
         if k > p["evaluate"]["max_k"]:

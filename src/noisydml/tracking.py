@@ -133,10 +133,6 @@ class MlflowTracker:
             self._opened.wait(timeout=300)
         return self._run_id
 
-    def current_run_id(self) -> str | None:
-        """The run id if the run is open already, else None; never waits (checkpoints during training)."""
-        return self._run_id
-
     def start(self, run_id: str | None = None) -> None:
         # The worker must never write the process environment: glibc's setenv racing the training thread's
         # getenv crashed a train stage (SIGSEGV in libc). MLflow writes it while it loads (its telemetry

@@ -14,6 +14,8 @@ same bytes.
 
 from __future__ import annotations
 
+import functools
+
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +111,12 @@ def load_fonts(names: tuple[str, ...]) -> list[ft2font.FT2Font]:
 
 def available_chars() -> list[str]:
     """Characters every face covers, minus those that look like an earlier one in every face."""
+    return list(_available_chars())
+
+
+@functools.cache
+def _available_chars() -> tuple[str, ...]:
+    """:func:`available_chars`, computed once per process (it renders every candidate in every face: seconds)."""
     fonts = load_fonts(FACE_FILES)
     covered = _candidate_chars()
     for font in fonts:
@@ -126,7 +134,7 @@ def available_chars() -> list[str]:
             if np.any(diffs.max(axis=0) < DEDUP_TOLERANCE):
                 continue
         kept.append(i)
-    return [covered[i] for i in kept]
+    return tuple(covered[i] for i in kept)
 
 
 def ink_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -169,6 +177,12 @@ def faces_covering(ch: str, fonts: list[ft2font.FT2Font]) -> list[int]:
 def source_chars() -> list[str]:
     """The pretraining characters: from SOURCE_CODE_POINT_RANGES, drawn by at least MIN_SOURCE_FACES faces,
     unlike every target character (:data:`LOOKALIKE_DISTANCE`) and unlike each other (the target's own rule)."""
+    return list(_source_chars())
+
+
+@functools.cache
+def _source_chars() -> tuple[str, ...]:
+    """:func:`source_chars`, computed once per process (it renders and compares every candidate: seconds)."""
     fonts = load_fonts(FACE_FILES)
     candidates = []
     for lo, hi in SOURCE_CODE_POINT_RANGES:
@@ -195,7 +209,7 @@ def source_chars() -> list[str]:
         if not same:
             kept.append(ch)
             pictures.append(own)
-    return kept
+    return tuple(kept)
 
 
 def generate_source(num_classes: int, images_per_class: int, image_size: int, seed: int, progress=None):

@@ -139,9 +139,6 @@ class NullTracker:
     def start(self, run_id: str | None = None) -> None:
         pass
 
-    def current_run_id(self) -> str | None:
-        return None
-
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         pass
 
@@ -562,7 +559,9 @@ class Trainer:
                       + f" epoch_seconds={seconds[-1]:.1f}")
             state = {
                 "fingerprint": fingerprint, "code": code, "epoch": epoch, "step": step, "history": history,
-                "run_id": tracker.current_run_id(), "epoch_seconds": seconds,
+                # waits for the MLflow run to be open (about 3 s of CPU, so after the first epoch it may not be
+                # yet): a run killed before would otherwise resume as a second MLflow run
+                "run_id": tracker.run_id, "epoch_seconds": seconds,
                 "model": model.state_dict(), "method": method.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "best": best,
                 **({"scaler": scaler.state_dict()} if gpu["amp"] else {}),

@@ -11,6 +11,8 @@ TRAIN_EMBEDDINGS = "train_embeddings.npz"
 EXPORTS = "exports.npz"
 #: The pretrain stage's backbone weights (``train.pretrained: embedded``), in :attr:`Layout.pretrained`.
 PRETRAINED_WEIGHTS = "backbone.pt"
+#: The report stage's record of the host and numerics it ran with, beside ``metrics.json`` in :attr:`Layout.reports`.
+HOST_RECORD = "host.json"
 
 
 @dataclass(frozen=True)

@@ -96,21 +96,8 @@ def train_sgps_ablation(params: dict, variant: str, seed: int, layout: Layout = 
                   layout, f"train_sgps_ablation@{variant}-{seed}")
 
 
-def add_arguments(parser) -> None:
-    """The train stage's options: a grid run, a chained run, or one of a figure's own runs."""
-    for key in ("dataset", "noise", "method"):
-        parser.add_argument(f"--{key}")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--chain", help="a key of params.yaml's chains section (instead of the grid options)")
-    parser.add_argument("--embedding-dim", type=int,
-                        help="with --method and --seed: a point of figures.embedding_size (instead of the grid)")
-    parser.add_argument("--lam", help="with --mu and --seed: a cell of figures.bspml_cells (instead of the grid)")
-    parser.add_argument("--mu")
-    parser.add_argument("--sgps-ablation", help="with --seed: a variant of figures.sgps_ablations (instead of the grid)")
-
-
 def run_from_arguments(params: dict, args) -> Path | None:
-    """Train what the options name (:func:`add_arguments`), refusing mixed or incomplete options.
+    """Train what the options name (:func:`noisydml.cli.add_train_arguments`), refusing mixed or incomplete options.
 
     ``runtime.processes`` > 1: the stage starts itself again under ``torchrun`` as that many processes, which
     train the run together (:mod:`noisydml.engine.distributed`); rank 0 writes the run folder."""
