@@ -152,3 +152,17 @@ def test_the_command_compares_with_the_committed_files_and_says_which_case(tmp_p
     elsewhere = _guard(tmp_path)
     assert elsewhere.returncode == 0, elsewhere.stdout
     assert "made on host `aaaa`, this is `bbbb`" in elsewhere.stdout
+
+
+def test_entries_of_stages_the_pipeline_no_longer_has_do_not_make_code_look_like_data():
+    """A lock keeps the entries of removed stages: their outputs must not turn another stage's code into data
+    (seen: a regenerated lock with old entries called the report stage stale)."""
+    from noisydml.pipeline.guard import stage_digests, stale_stages
+
+    report = {"cmd": "python stages/report.py", "deps": [{"path": "src/noisydml/reporting", "md5": "a.dir"}],
+              "outs": [{"path": "reports/metrics.json", "md5": "m"}]}
+    with_old = {"stages": {"report": report, "gone": {"cmd": "x", "outs": [{"path": "src", "md5": "s.dir"}]}}}
+    current = {"stages": {"report": report}}
+    assert stale_stages(stage_digests(current, {"report"}), stage_digests(with_old, {"report"})) == []
+    changed = {"stages": {"report": {**report, "deps": [{"path": "src/noisydml/reporting", "md5": "b.dir"}]}}}
+    assert stale_stages(stage_digests(current, {"report"}), stage_digests(changed, {"report"})) == ["report"]

@@ -141,7 +141,9 @@ def stage_digests(lock: dict, stages: set[str] | None = None) -> dict[str, dict[
     """Per stage of a dvc.lock mapping (of ``stages`` only, when given: a lock keeps the entries of stages the
     pipeline no longer has): a digest of its own inputs (command, params, and the dependencies no stage produces:
     code, references) and of its outputs."""
-    produced = _produced(lock or {})
+    # what the pipeline's stages produce (a lock keeps entries of stages that are gone; their outputs are not data)
+    current = {"stages": {k: v for k, v in (lock or {}).get("stages", {}).items() if stages is None or k in stages}}
+    produced = _produced(current)
     out = {}
     for stage, body in (lock or {}).get("stages", {}).items():
         if stages is not None and stage not in stages:
