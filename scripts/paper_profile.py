@@ -11,10 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import yaml
-
-from noisydml.pipeline.check import validate_all
-from noisydml.pipeline.profiles import apply_overrides, exp_command, load_profiles
+from noisydml.pipeline.profiles import exp_command, load_profiles, params_after
 
 
 def main(argv: list[str]) -> int:
@@ -26,9 +23,8 @@ def main(argv: list[str]) -> int:
             print(f"{name:28s} {p['table']}: {p['runs']} runs x ~{p['gpu_hours_per_run']} GPU h = ~{hours:.0f} GPU h")
         return 0
     if action == "check":
-        params = yaml.safe_load(open("params.yaml"))
-        for name, p in profiles.items():
-            validate_all(apply_overrides(params, p["set"]))
+        for name, p in profiles.items():  # through DVC's own override code, as `dvc exp run -S` applies them
+            params_after(p["set"])
             print(f"{name}: valid")
         return 0
     if action in ("show", "run") and rest:

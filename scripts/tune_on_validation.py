@@ -21,21 +21,13 @@ record only). Runs go to ``--workdir`` (outside the repository's DVC outputs); t
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 from pathlib import Path
 
+import shutil
+
 import pandas as pd
 import yaml
-
-
-def _set(params: dict, assignment: str) -> None:
-    key, value = assignment.split("=", 1)
-    *path, last = key.split(".")
-    node = params
-    for part in path:
-        node = node[part]
-    node[last] = yaml.safe_load(value)
 
 
 def main() -> None:
@@ -47,16 +39,21 @@ def main() -> None:
     parser.add_argument("--validation-classes", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--set", action="append", default=[], help="key.path=value (YAML), applied before tuning")
+    parser.add_argument("--set", action="append", default=[], help="a `dvc exp run -S` argument, applied by DVC's own code before tuning")
     parser.add_argument("--chains", nargs="+", default=[],
                         help="keys of params.yaml's chains to train too (after their upstreams; on --noise, per seed)")
     parser.add_argument("--score", nargs="+", default=[],
                         help="run names the choice is scored on (default: every method and chain trained)")
     args = parser.parse_args()
 
-    raw = yaml.safe_load(Path(args.params).read_text())
-    for assignment in args.set:
-        _set(raw, assignment)
+    from dvc.utils.hydra import apply_overrides
+
+    from noisydml.config import read_params_file
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(args.params, args.workdir / "params.yaml")
+    apply_overrides(args.workdir / "params.yaml", args.set)  # as `dvc exp run -S` applies them
+    raw = read_params_file(args.workdir / "params.yaml")
     raw["train"].update(validation_classes=args.validation_classes, model_selection="last")
     missing = [key for key in args.chains if key not in raw["chains"]]
     if missing:
@@ -91,11 +88,11 @@ def main() -> None:
         parser.error("give --lrs or --candidates")
     rows = []
     for number, candidate in enumerate(candidates):
-        params = copy.deepcopy(raw)  # raw params: a validated copy would be validated twice
-        for assignment in candidate.split(","):
-            _set(params, assignment)
-        params = validate_all(params)
         root = args.workdir / (f"lr{args.lrs[number]:g}" if number < len(args.lrs) else f"candidate{number}")
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        apply_overrides(root / "params.yaml", candidate.split(","))  # each a `dvc exp run -S` argument
+        params = validate_all(read_params_file(root / "params.yaml"))
         layout = Layout(root)
         (root / "data").mkdir(parents=True, exist_ok=True)
         for part in ("prepared", "noisy", "pretrained"):

@@ -10,6 +10,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest
 import yaml
 
+from noisydml.config import read_params_file
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -27,7 +29,7 @@ def raw_params():
     tests/test_pretrain.py and the end-to-end test cover the pretrained start. No figure stages (the
     end-to-end test has one)."""
     with open(REPO / "params.yaml") as f:
-        raw = copy.deepcopy(yaml.safe_load(f))
+        raw = copy.deepcopy(read_params_file(f.name))
     raw["train"]["pretrained"] = "none"
     for section in raw["methods"].values():  # a random backbone is never frozen (the config refuses it)
         if isinstance(section, dict) and "freeze_backbone" in section:

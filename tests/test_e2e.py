@@ -207,10 +207,7 @@ def test_report_shows_small_cluster_statistics(repo):
 
 def test_changing_one_noise_rate_dirties_only_its_branch(repo):
     root, env, _ = repo
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["noise"]["sym50"]["rate"] = 0.4
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = _run([sys.executable, "-m", "dvc", "repro"], root, env)
+    out = _run([sys.executable, "-m", "dvc", "exp", "run", "-S", "noise.sym50.rate=0.4"], root, env)  # DVC's -S
     ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
     assert ran == ["corrupt@glyphs-sym50", "evaluate@glyphs", "report", "train@glyphs-sym50-ms-0",
                    "train@glyphs-sym50-prism-0", "train_chain@ms_on_prism_kept"]
@@ -341,3 +338,15 @@ def test_chained_run_is_a_dvc_edge_reruns_with_its_upstream_and_resumes_bit_exac
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     out = _run([sys.executable, "-m", "dvc", "repro", "train_chain@ms_on_prism_kept"], root, env)
     assert "Running stage 'train@glyphs-sym50-prism-0'" in out and "Running stage 'train_chain@ms_on_prism_kept'" in out
+
+
+def test_a_learning_rate_dvc_writes_as_3e_05_trains(repo):
+    """``-S train.optimizer.lr=3e-05`` through the real ``dvc exp run``: DVC writes ``3e-05``, which the stages read
+    as a float (YAML 1.2), and the run trains. Last in the module: it leaves every other train stage stale."""
+    root, env, _ = repo
+    out = _run([sys.executable, "-m", "dvc", "exp", "run", "-S", "train.optimizer.lr=3e-05", "train@glyphs-clean-ms-0"],
+               root, env)
+    assert "Running stage 'train@glyphs-clean-ms-0'" in out, out
+    assert "lr: 3e-05" in (root / "params.yaml").read_text()
+    lock_lr = _lock(root)["train@glyphs-clean-ms-0"]["params"]["params.yaml"]["train"]["optimizer"]["lr"]
+    assert float(lock_lr) == 3e-05  # (PyYAML, reading the lock here, gives the str)

@@ -17,8 +17,6 @@ import itertools
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from noisydml.evaluation import metric_names
 from noisydml.methods import method_names
 from noisydml.schema import Field, ParamsError, _check_value, check_choice, check_name, check_section, check_sha256
@@ -300,7 +298,7 @@ def _check_figures(section: Any, p: dict[str, Any]) -> dict[str, Any]:
         if entry["method"] not in grid["methods"]:
             raise ParamsError(f"{where}.method: {entry['method']!r} is not a method of grid.methods (the map is "
                               f"drawn from that run); allowed: {', '.join(grid['methods'])}; or drop the map: "
-                              "figures.bspml_maps: {}")
+                              "-S '~figures.bspml_maps' -S '+figures.bspml_maps={}'")
         if entry["seed"] not in grid["seeds"]:
             raise ParamsError(f"{where}.seed: {entry['seed']!r} is not a seed of the grid; allowed: "
                               f"{', '.join(map(str, grid['seeds']))}")
@@ -450,7 +448,8 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
             raise ParamsError(f"{where}.train.model_selection: 'best_validation' needs validation_classes > 0 "
                               "(held-out training classes; the test set is never used to select a model)")
         check_name(c["name"], f"{where}.name")
-        hint = " (a chained run needs its upstream in the grid; or drop it: -S 'chains={}')"
+        hint = (" (a chained run needs its upstream in the grid; or drop every chain: -S '~chains' -S '+chains={}', "
+                "one: -S '~chains.<key>')")
         for field, values in (("dataset", grid["datasets"]), ("noise", noises_of(grid)), ("seed", grid["seeds"])):
             if c[field] not in values:
                 raise ParamsError(f"{where}.{field}: {c[field]!r} is not in grid.{field}s"
@@ -472,7 +471,7 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
             raise ParamsError(
                 f"{where}: {c['upstream']!r} is neither a method of grid.methods ({', '.join(grid['methods'])}) "
                 f"nor a chained run of {c['dataset']}/{c['noise']}/seed {c['seed']} (a chained run needs its "
-                "upstream in the grid; or drop it: -S 'chains={}')")
+                "upstream in the grid; or drop every chain: -S '~chains' -S '+chains={}', one: -S '~chains.<key>')")
         seen, cur = {key}, up
         while cur in runs:  # no cycles: follow upstreams until a grid run
             nxt = runs[cur]
@@ -657,16 +656,29 @@ def validate_params(raw: Any) -> dict[str, Any]:
     return p
 
 
-def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """Read and validate params.yaml (see :func:`validate_params`)."""
+def read_params_file(path: str | Path) -> Any:
+    """A params file as DVC reads it: YAML 1.2 (``3e-05`` is a float, as ``dvc exp run -S`` writes it; PyYAML's
+    YAML 1.1 reads it as a string) by ruamel.yaml's safe loader, the one DVC uses, which refuses a key written
+    twice in one mapping (PyYAML keeps the last)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.constructor import DuplicateKeyError
+    from ruamel.yaml.error import YAMLError
+
     path = Path(path)
     if not path.is_file():
         raise ParamsError(f"{path}: no such file; run from the repository root or pass --params")
-    with path.open() as f:
-        try:
-            raw = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ParamsError(f"{path}: not valid YAML: {e}") from e
+    try:
+        return YAML(typ="safe").load(path.read_text())
+    except DuplicateKeyError as e:
+        raise ParamsError(f"{path}: a key is written twice in one mapping (DVC refuses the file too): "
+                          f"{e.problem} {e.problem_mark}".strip()) from None
+    except YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML: {e}") from None
+
+
+def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """Read (:func:`read_params_file`) and validate (:func:`validate_params`) params.yaml."""
+    raw = read_params_file(path)
     try:
         return validate_params(raw)
     except ParamsError as e:
