@@ -1,10 +1,8 @@
 """DVC stage: train one run.
 
---dataset D --noise N --method M --seed S   a run of the grid (runs/<D>/<N>/<M>/seed<S>)
---chain KEY                                 the chained run chains.<KEY> of params.yaml, from its upstream run
---method M --embedding-dim DIM --seed S     a point of figures.embedding_size (runs/<D>/<N>/<M>_dim<DIM>/seed<S>)
---lam L --mu MU --seed S                    a cell of figures.bspml_cells (runs/<D>/<N>/bspml_lam<L>_mu<MU>/seed<S>)
---sgps-ablation V --seed S                  a variant of figures.sgps_ablations (runs/<D>/<N>/sgps_<V>/seed<S>)
+--run runs/<dataset>/<noise>/<name>/seed<k>   a run of params.yaml, named by its folder (the stage's output): a run
+                                              of the grid (name = the method), a chained run (chains.<key>.name),
+                                              or a figure's own run (noisydml.runs expands them all)
 
 A killed run resumes from its last epoch's checkpoint when started again with the same params and code.
 """

@@ -115,16 +115,19 @@ def test_a_figure_must_draw_from_a_run_of_the_grid():
 def test_embedding_size_points_are_runs_and_their_settings_are_checked():
     import yaml
 
-    from noisydml.config import runs_of
+    from noisydml.runs import runs_of
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     assert validate_params(raw)["figures"]["embedding_size"]["dims"] == []  # opt-in: no runs by default
-    assert not [r for r in runs_of(validate_params(copy.deepcopy(raw))) if r[4] == "embedding_size"]
+    assert not [r for r in runs_of(validate_params(copy.deepcopy(raw))) if r.kind == "embedding_size"]
     on = copy.deepcopy(raw)
     on["grid"]["noises"] = [*raw["grid"]["noises"], "sympc20"]
     on["figures"]["embedding_size"].update(dims=[16, 32], seeds=[0, 1])
-    points = [r for r in runs_of(validate_params(on)) if r[4] == "embedding_size"]
-    assert len(points) == 3 * 2 * 2 and ("glyphs", "sympc20", "bspml_dim16", 1, "embedding_size") in points
+    points = [r for r in runs_of(validate_params(on)) if r.kind == "embedding_size"]
+    assert len(points) == 3 * 2 * 2
+    point = next(r for r in points if r.folder == "runs/glyphs/sympc20/bspml_dim16/seed1")
+    assert (point.method, point.train, point.point, point.stage) == (
+        "bspml", {"embedding_dim": 16}, {"embedding_dim": 16}, "train_embedding_size@bspml-16-1")
     for change, message in [
         ({"dims": [16]}, "figures.embedding_size.noise: 'sympc20' is not a noise setting the grid trains on"),
         ({"methods": ["nope"]}, "figures.embedding_size.methods[0]: unknown method 'nope'"),
@@ -140,23 +143,24 @@ def test_embedding_size_points_are_runs_and_their_settings_are_checked():
     with pytest.raises(ParamsError, match=re.escape("figures.embedding_size.dims: 16 is listed twice")):
         validate_params(twice)
     clash = copy.deepcopy(on)
-    clash["chains"]["ms_on_prism_kept"]["name"] = "ms_dim16"
+    clash["chains"]["ms_on_prism_kept"].update(name="ms_dim16", noise="sympc20")
     clash["figures"]["embedding_size"]["methods"] = ["ms"]
-    with pytest.raises(ParamsError, match=re.escape("the run name 'ms_dim16' of method 'ms' at dim 16 is also")):
+    with pytest.raises(ParamsError, match=re.escape("train_embedding_size@ms-16-0 and train_chain@ms_on_prism_kept "
+                                                    "would both write runs/glyphs/sympc20/ms_dim16/seed0")):
         validate_params(clash)
 
 
 def test_bspml_cells_are_runs_named_as_dvc_writes_their_values():
     import yaml
 
-    from noisydml.config import runs_of
+    from noisydml.runs import runs_of
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     assert validate_params(copy.deepcopy(raw))["figures"]["bspml_cells"]["lambdas"] == []  # opt-in
     on = copy.deepcopy(raw)
     on["grid"]["noises"] = [*raw["grid"]["noises"], "sympc20"]
     on["figures"]["bspml_cells"].update(lambdas=[2.7, 3.0], mus=[0.0, 20], seeds=[0])
-    cells = sorted(r[2] for r in runs_of(validate_params(on)) if r[4] == "bspml_cell")
+    cells = sorted(r.name for r in runs_of(validate_params(on)) if r.kind == "bspml_cell")
     # the names keep the values as YAML wrote them (DVC's stage paths do the same): 20 stays "20", 3.0 "3.0"
     assert cells == ["bspml_lam2.7_mu0.0", "bspml_lam2.7_mu20", "bspml_lam3.0_mu0.0", "bspml_lam3.0_mu20"]
     for change, message in [
@@ -171,7 +175,7 @@ def test_bspml_cells_are_runs_named_as_dvc_writes_their_values():
             validate_params(bad)
 
 
-def test_the_train_stage_refuses_mixed_or_incomplete_options():
+def test_the_train_stage_names_its_run_by_folder_and_refuses_one_params_does_not_have():
     import argparse
 
     from noisydml.cli import add_train_arguments
@@ -181,19 +185,13 @@ def test_the_train_stage_refuses_mixed_or_incomplete_options():
     add_train_arguments(parser)
     params = load_params(REPO / "params.yaml")
     for argv, message in [
-        ([], "name a run: --dataset --noise --method --seed (a grid run)"),
-        (["--chain", "x", "--seed", "0"], "--chain takes --chain; drop --seed"),
-        (["--lam", "3.1", "--seed", "0"], "--lam takes --lam --mu --seed; missing --mu"),
-        (["--method", "ms", "--embedding-dim", "16", "--seed", "0", "--noise", "sym50"],
-         "--embedding-dim takes --embedding-dim --method --seed; drop --noise"),
-        (["--method", "ms", "--embedding-dim", "16", "--seed", "0"],
-         "--method ms --embedding-dim 16 --seed 0 is not a point of figures.embedding_size"),
-        (["--lam", "3.1", "--mu", "0.0", "--seed", "0"], "--lam 3.1 --mu 0.0 --seed 0 is not a cell of figures.bspml_cells"),
-        (["--dataset", "glyphs", "--noise", "sympc20", "--method", "ms", "--seed", "0"],
-         "--noise 'sympc20' is not in grid.noises or grid.run_noises"),
+        (["--run", "runs/glyphs/sympc20/ms/seed0"], "--run 'runs/glyphs/sympc20/ms/seed0' is not a run of params.yaml"),
+        (["--run", "runs/glyphs/sym50/bspml_lam3.1_mu0.0/seed0"], "is not a run of params.yaml"),
     ]:
         with pytest.raises(ParamsError, match=re.escape(message)):
             run_from_arguments(params, parser.parse_args(argv))
+    with pytest.raises(SystemExit):  # --run is required
+        parser.parse_args([])
 
 
 def test_weights_sha256_is_a_sum_or_a_publishers_prefix():

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from noisydml import io
-from noisydml.config import ParamsError, runs_of
+from noisydml.config import ParamsError
+from noisydml.runs import runs_of
 from noisydml.pipeline.check import validate_all as validate_params
 from noisydml.data import DatasetError
 from noisydml.data.prepared import write_prepared
@@ -183,7 +184,7 @@ def test_run_sourced_noise_entries_are_checked(raw_params, entry, key, run_noise
     raw = _run_noise_params(raw_params, entry, key, run_noises)
     if message is None:
         params = validate_params(raw)
-        assert ("glyphs", "scrun", "ms", 0, "grid") in runs_of(params)
+        assert "runs/glyphs/scrun/ms/seed0" in [r.folder for r in runs_of(params) if r.kind == "grid"]
         return
     with pytest.raises(ParamsError, match=message):
         validate_params(raw)
@@ -241,6 +242,7 @@ class _NoTracking:
 def test_train_stage_with_validation_writes_embeddings_of_every_training_sample(tmp_path, raw_params, monkeypatch):
     import noisydml.pipeline.train
     from noisydml.pipeline.train import train
+    from noisydml.runs import find_run
 
     monkeypatch.setattr(noisydml.pipeline.train, "MlflowTracker", _NoTracking)
     layout = Layout(tmp_path)
@@ -250,7 +252,7 @@ def test_train_stage_with_validation_writes_embeddings_of_every_training_sample(
                         model_selection="best_validation")
     params = _params(raw)
     corrupt(params, "toy", "clean", layout)
-    out = train(params, "toy", "clean", "ms", 0, layout)
+    out = train(params, find_run(params, "runs/toy/clean/ms/seed0"), layout)
     info = io.read_json(out / "run.json")
     history = pd.read_csv(out / "history.csv")
     assert info["selected_epoch"] == 1 + int(history["val_precision_at_1"].to_numpy().argmax())

@@ -73,6 +73,16 @@ def test_import_layers_and_method_independence_hold():
     assert "0 broken" in proc.stdout
 
 
+def test_the_method_independence_contract_lists_every_method():
+    """A method module added to the catalog is covered by the independence contract at once."""
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    independence = [c for c in contracts if c["type"] == "independence" and "method" in c["name"]]
+    assert len(independence) == 1
+    assert sorted(independence[0]["modules"]) == [f"noisydml.methods.{m}" for m in sorted(_method_names())]
+
+
 def test_every_schema_key_is_written_in_params_yaml():
     """No hidden defaults: every key a schema knows is in params.yaml, so `dvc params diff` shows it."""
     from noisydml import config

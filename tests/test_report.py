@@ -53,13 +53,16 @@ def test_selection_summary_averages_final_scores_of_selecting_runs_only():
     assert table["clean_fraction"].iloc[0] == 0.5 and table["seeds"].iloc[0] == 3
 
 
-def test_embedding_size_summary_splits_run_names_and_uses_the_sample_sd():
+def test_embedding_size_summary_places_runs_by_their_point_and_uses_the_sample_sd():
     from noisydml.reporting.tables import embedding_size_lines, embedding_size_summary
 
     rows = [{**KEYS, "noise": "sympc20", "method": f"{m}_dim{d}", "run_kind": "embedding_size", "seed": s,
              "recall_at_1": r + s / 10, "precision_at_1": r + s / 10, "mean_average_precision_at_r": r / 10}
             for m, d, r in (("ms_rho1", 16, 0.3), ("ms_rho1", 32, 0.4), ("bspml", 16, 0.35)) for s in (0, 1)]
-    sizes = {"methods": ["ms_rho1", "bspml"], "dims": [16, 32]}
+    from noisydml.runs import Run
+
+    sizes = {f"{m}_dim{d}": Run("embedding_size", "", "glyphs", "sympc20", f"{m}_dim{d}", 0, m, point={"embedding_dim": d})
+             for m in ("ms_rho1", "bspml") for d in (16, 32)}
     table = embedding_size_summary(pd.DataFrame(rows), sizes).set_index(["method", "embedding_dim"])
     assert table.loc[("ms_rho1", 32), "recall_at_1"] == pytest.approx(0.45)
     assert table.loc[("ms_rho1", 32), "recall_at_1_std"] == pytest.approx(np.sqrt(0.005))  # ddof=1

@@ -28,7 +28,7 @@ def test_flatten_nested_params():
 def test_experiment_artifacts_live_in_the_main_repo(tmp_path, monkeypatch):
     import mlflow
 
-    from noisydml.tracking import ensure_experiment
+    from noisydml.tracking import experiment_id
 
     copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmp1"
     copy.mkdir(parents=True)
@@ -36,8 +36,8 @@ def test_experiment_artifacts_live_in_the_main_repo(tmp_path, monkeypatch):
     monkeypatch.chdir(copy)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     mlflow.set_tracking_uri(tracking_uri())
-    ensure_experiment("exp")
-    ensure_experiment("exp")  # idempotent
+    first = experiment_id(mlflow.MlflowClient(), "exp")
+    assert experiment_id(mlflow.MlflowClient(), "exp") == first  # idempotent
     assert mlflow.get_experiment_by_name("exp").artifact_location == (tmp_path / "mlartifacts").as_uri()
     assert (tmp_path / "mlflow.db").is_file()
 

@@ -105,13 +105,7 @@ def run_grid_stage(description: str, keys: tuple[str, ...], load: Callable[[], C
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """The train stage's options: a grid run, a chained run, or one of a figure's own runs."""
-    for key in ("dataset", "noise", "method"):
-        parser.add_argument(f"--{key}")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--chain", help="a key of params.yaml's chains section (instead of the grid options)")
-    parser.add_argument("--embedding-dim", type=int,
-                        help="with --method and --seed: a point of figures.embedding_size (instead of the grid)")
-    parser.add_argument("--lam", help="with --mu and --seed: a cell of figures.bspml_cells (instead of the grid)")
-    parser.add_argument("--mu")
-    parser.add_argument("--sgps-ablation", help="with --seed: a variant of figures.sgps_ablations (instead of the grid)")
+    """The train stage's option: the run, named by its folder (as dvc.yaml declares the stage's output)."""
+    parser.add_argument("--run", required=True,
+                        help="runs/<dataset>/<noise>/<name>/seed<k>: a run of params.yaml (noisydml.runs) -- the "
+                             "grid's, a chain's or a figure's own")

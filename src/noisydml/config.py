@@ -13,15 +13,16 @@ the file around them.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any, Mapping
 
-from noisydml.evaluation import metric_names
+from noisydml.evaluation import EVALUATE_SCHEMA, metric_names
 from noisydml.methods import method_names
+from noisydml.runs import check_unique_folders, noises_of, runs_of
+from noisydml.runtime import RUNTIME_SCHEMA
 from noisydml.schema import Field, ParamsError, _check_value, check_choice, check_name, check_section, check_sha256
 
-__all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_params", "run_name"]
+__all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_params"]
 
 # --------------------------------------------------------------------------
 # The shape of params.yaml
@@ -78,39 +79,6 @@ SCHEDULE_SCHEMA = {
     "warmup_epochs": Field(int, 0, min=0),
     "step_epochs": Field(int, 10, min=1, help="step schedule: epochs between decays"),
     "gamma": Field(float, 0.1, min=0.0, max=1.0, help="step schedule: decay factor"),
-}
-#: How a run executes, not what it computes: outside every stage's DVC params and the run fingerprint,
-#: so changing it re-runs nothing and keeps killed runs resumable.
-RUNTIME_SCHEMA = {
-    "device": Field(str, "auto", choices=("auto", "cpu", "cuda"),
-                    help="auto = CUDA when present (says so when it falls back to the CPU)"),
-    "numerics": Field(str, "portable", choices=("portable", "native"),
-                      help="ours: portable = every numeric library pinned to its x86-64 AVX2 code path and "
-                           "runtime.threads threads, so another x86-64 host gives the same bits; native = each "
-                           "library's fastest path on this host (noisydml.numerics)"),
-    "threads": Field(int, 2, min=0, help="CPU threads of every thread pool (torch, MKL, OpenBLAS, faiss); 0 = the "
-                                         "libraries' default, the core count (native only: it changes the bits)"),
-    "progress": Field(bool, True, help="progress bars"),
-    "deterministic": Field(bool, False, help="torch.use_deterministic_algorithms (GPU runs bit-exact, slower)"),
-    "prepare_workers": Field(int, 0, min=0, help="processes decoding and checking image files when preparing a "
-                                                  "dataset (0 = one per CPU core)"),
-    "loader_workers": Field(int, 0, min=0, help="DataLoader worker processes decoding file-stored images (0 = in "
-                                                 "the training process); results do not depend on it"),
-    "amp": Field(bool, False, help="CUDA: automatic mixed precision (float16 forward, gradient scaling); off on CPU"),
-    "channels_last": Field(bool, False, help="CUDA: channels-last memory format for the network; off on CPU"),
-    "cudnn_benchmark": Field(bool, False, help="CUDA: cuDNN autotuner (off when deterministic); off on CPU"),
-    "processes": Field(int, 1, min=1, help="ours: processes training one run with DDP (torchrun; NCCL on CUDA, one "
-                                           "GPU each, gloo on the CPU); the batch is split over them"),
-    "sync_batchnorm": Field(bool, True, help="ours: with processes > 1 on CUDA, batch-norm statistics over the "
-                                             "global batch (SyncBatchNorm; CUDA only, per rank on the CPU)"),
-}
-EVALUATE_SCHEMA = {
-    "recall_at": Field(list, [1, 2, 4, 8], item_type=int, min=1),
-    "max_k": Field(int, 1023, min=1, help="cap on neighbours retrieved for MAP@R and R-Precision"),
-    "device": Field(str, "cpu", choices=("cpu", "auto"),
-                    help="ours: where faiss searches and clusters; auto = the GPU when CUDA and faiss-gpu are both "
-                         "present (GPU results may differ from the CPU's in ties and the last float bits)"),
-    "nmi": Field(bool, True),
 }
 GRID_SCHEMA = {
     "datasets": Field(list, item_type=str),
@@ -242,6 +210,14 @@ REPORT_SCHEMA = {
 }
 
 
+def check_model_selection(train: Mapping[str, Any], where: str) -> None:
+    """A train section (params.yaml's, or a chained run's with its overrides) that selects on validation holds
+    classes out for it: the test set never selects a model."""
+    if train["model_selection"] == "best_validation" and train["validation_classes"] == 0:
+        raise ParamsError(f"{where}.model_selection: 'best_validation' needs {where}.validation_classes > 0 "
+                          "(held-out training classes; the test set is never used to select a model)")
+
+
 def _unique(values: list, where: str) -> None:
     seen = set()
     for v in values:
@@ -313,11 +289,6 @@ def _check_figures(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
-def sgps_ablation_run(variant: str) -> str:
-    """The run name of one variant of ``figures.sgps_ablations``."""
-    return f"sgps_{variant}"
-
-
 def _check_sgps_ablations(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     """``figures.sgps_ablations``: stage ``train_sgps_ablation@<variant>-<seed>`` per trained variant and seed (a
     DVC matrix), ``sgps`` with the variant's overrides; the report groups them (Fig. 5a, 5b, Table V)."""
@@ -337,18 +308,7 @@ def _check_sgps_ablations(section: Any, p: dict[str, Any]) -> dict[str, Any]:
         _check_figure_run_target(entry, p, where)
         if "sgps" not in p["methods"]:
             raise ParamsError(f"{where}: needs methods.sgps (every variant overrides it)")
-        taken = set(p["grid"]["methods"]) | {c["name"] for c in p["chains"].values()}
-        for name in entry["train"]:
-            if sgps_ablation_run(name) in taken:
-                raise ParamsError(f"{where}.train: the run name {sgps_ablation_run(name)!r} is also a grid method "
-                                  "or a chain's name (the same run folder)")
     return entry
-
-
-def bspml_cell_run(lam: str, mu: str) -> str:
-    """The run name of one cell of ``figures.bspml_cells``. ``lam`` and ``mu`` are written as DVC writes them in
-    the stage's paths (Python's ``str`` of the YAML value: ``3.1``, ``20``), so both name the same folder."""
-    return f"bspml_lam{lam}_mu{mu}"
 
 
 def _check_figure_run_target(entry: dict, p: dict[str, Any], where: str) -> None:
@@ -383,16 +343,10 @@ def _check_bspml_cells(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def embedding_size_run(method: str, dim: int) -> str:
-    """The run name (its folder under ``runs/<dataset>/<noise>/``) of one point of ``figures.embedding_size``."""
-    return f"{method}_dim{dim}"
-
-
 def _check_embedding_size(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     """``figures.embedding_size``: stage ``train_embedding_size@<method>-<dim>-<seed>`` per point (a DVC matrix)."""
     where = "figures.embedding_size"
     entry = check_section(section, EMBEDDING_SIZE_SCHEMA, where)
-    grid = p["grid"]
     # dataset and noise are checked only when there are runs: the paper's 20% per-class noise may stay out of the
     # default grid, and a shrunk grid need not carry the figure's dataset
     if entry["dims"]:
@@ -403,12 +357,6 @@ def _check_embedding_size(section: Any, p: dict[str, Any]) -> dict[str, Any]:
         _unique(entry[key], f"{where}.{key}")
     if entry["dims"] and not (entry["methods"] and entry["seeds"]):
         raise ParamsError(f"{where}: dims {entry['dims']} needs at least one method and one seed")
-    taken = set(grid["methods"]) | {c["name"] for c in p["chains"].values()}
-    for method in entry["methods"]:
-        for dim in entry["dims"]:
-            if embedding_size_run(method, dim) in taken:
-                raise ParamsError(f"{where}: the run name {embedding_size_run(method, dim)!r} of method {method!r} at "
-                                  f"dim {dim} is also a grid method or a chain's name (the same run folder)")
     return entry
 
 
@@ -425,11 +373,6 @@ def _bounds(f: Field) -> dict[str, Any]:
     return {k: getattr(f, k) for k in ("min", "max", "choices") if getattr(f, k, None) is not None}
 
 
-def chain_train_section(train: dict[str, Any], chain: dict[str, Any]) -> dict[str, Any]:
-    """The train section a chained run trains with: params.yaml's, with the chain's overrides."""
-    return {**train, **chain.get("train", {})}
-
-
 def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     """Chained runs (``chains.<key>``): each names its upstream run; the DVC stage ``train_chain@<key>`` depends
     on that run's folder, so ``dvc repro`` trains the upstream first and re-trains the chain when it changes."""
@@ -443,10 +386,7 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
         c["labels"] = check_section(c["labels"], CHAIN_LABELS_SCHEMA, f"{where}.labels")
         c["train"] = check_section(c["train"], {k: Field(TRAIN_SCHEMA[k].type, p["train"][k], **_bounds(TRAIN_SCHEMA[k]))
                                                 for k in CHAIN_TRAIN_KEYS}, f"{where}.train")
-        chain_train = chain_train_section(p["train"], c)
-        if chain_train["model_selection"] == "best_validation" and chain_train["validation_classes"] == 0:
-            raise ParamsError(f"{where}.train.model_selection: 'best_validation' needs validation_classes > 0 "
-                              "(held-out training classes; the test set is never used to select a model)")
+        check_model_selection({**p["train"], **c["train"]}, f"{where}.train")
         check_name(c["name"], f"{where}.name")
         hint = (" (a chained run needs its upstream in the grid; or drop every chain: -S '~chains' -S '+chains={}', "
                 "one: -S '~chains.<key>')")
@@ -486,11 +426,6 @@ def clusters_a_run(noise_setting: Mapping) -> bool:
     """Whether a noise setting's labels are made from a run's embeddings (``features.source: run``)."""
     features = noise_setting.get("features")
     return isinstance(features, Mapping) and features.get("source") == "run"
-
-
-def noises_of(grid: Mapping) -> list[str]:
-    """Every noise setting the grid trains on: ``grid.noises`` then ``grid.run_noises``."""
-    return list(grid["noises"]) + list(grid.get("run_noises", []))
 
 
 def _check_run_noises(grid: dict, noise: dict) -> None:
@@ -601,9 +536,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
             f"train.schedule.warmup_epochs: {train['schedule']['warmup_epochs']} must be below "
             f"train.epochs ({train['epochs']})"
         )
-    if train["model_selection"] == "best_validation" and train["validation_classes"] == 0:
-        raise ParamsError("train.model_selection: 'best_validation' needs train.validation_classes > 0 "
-                          "(held-out training classes; the test set is never used to select a model)")
+    check_model_selection(train, "train")
     p["train"] = train
     p["pretrain"] = check_section(raw["pretrain"], PRETRAIN_SCHEMA, "pretrain")
     p["weights"] = _check_weights(raw["weights"])
@@ -653,6 +586,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
 
     for i, m in enumerate(p["report"]["metrics"]):
         check_choice(m, metric_names(p["evaluate"]["recall_at"]), f"report.metrics[{i}]", "metric")
+    check_unique_folders(runs_of(p))
     return p
 
 
@@ -683,31 +617,6 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         return validate_params(raw)
     except ParamsError as e:
         raise ParamsError(f"{path}: {e}") from None
-
-
-def run_name(dataset: str, noise: str, method: str, seed: int) -> str:
-    """The name of one training run, as DVC's matrix names it (``train@<run_name>``)."""
-    return f"{dataset}-{noise}-{method}-{seed}"
-
-
-def runs_of(params: dict) -> list[tuple[str, str, str, int, str]]:
-    """Every run of params: ``(dataset, noise, name, seed, kind)`` for the grid's runs (name = method, kind
-    ``grid``), the chained runs (name = the chain's name, kind ``chain``) and the figures' own runs (kinds
-    ``embedding_size``, ``bspml_cell``, ``sgps_ablation``)."""
-    grid = params["grid"]
-    runs = [(d, n, m, s, "grid") for d, n, m, s in
-            itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
-    runs += [(c["dataset"], c["noise"], c["name"], c["seed"], "chain") for c in params["chains"].values()]
-    sizes = params["figures"]["embedding_size"]
-    runs += [(sizes["dataset"], sizes["noise"], embedding_size_run(m, d), s, "embedding_size")
-             for m, d, s in itertools.product(sizes["methods"], sizes["dims"], sizes["seeds"])]
-    cells = params["figures"]["bspml_cells"]
-    runs += [(cells["dataset"], cells["noise"], bspml_cell_run(lam, mu), s, "bspml_cell")
-             for lam, mu, s in itertools.product(cells["lambda_names"], cells["mu_names"], cells["seeds"])]
-    ablations = params["figures"]["sgps_ablations"]
-    runs += [(ablations["dataset"], ablations["noise"], sgps_ablation_run(v), s, "sgps_ablation")
-             for v, s in itertools.product(ablations["train"], ablations["seeds"])]
-    return runs
 
 
 #: Command-line option -> (the grid list it must be in, its type).

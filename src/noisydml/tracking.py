@@ -76,14 +76,6 @@ def artifact_root(start: str | Path = ".") -> str:
     return (repo_root(start) / "mlartifacts").as_uri()
 
 
-def ensure_experiment(name: str) -> None:
-    """Create (if needed) and select experiment ``name`` in the fluent API (the evaluate stage's logging)."""
-    import mlflow
-
-    experiment_id(mlflow.MlflowClient(), name)
-    mlflow.set_experiment(name)
-
-
 def experiment_id(client, name: str) -> str:
     """The id of experiment ``name``, created with artifacts under the main repository if missing."""
     from mlflow.exceptions import MlflowException

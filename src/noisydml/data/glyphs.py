@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -87,14 +86,6 @@ def _render(font: ft2font.FT2Font, ch: str) -> np.ndarray:
     top, left = (CANVAS - h) // 2, (CANVAS - w) // 2
     canvas[top : top + h, left : left + w] = ink
     return canvas
-
-
-@dataclass
-class GlyphTemplates:
-    chars: list[str]
-    faces: list[str]
-    #: (num_faces, num_chars, CANVAS, CANVAS) uint8
-    bitmaps: np.ndarray
 
 
 def load_fonts(names: tuple[str, ...]) -> list[ft2font.FT2Font]:

@@ -40,18 +40,16 @@ from noisydml import io, neighbours
 from noisydml.data.images import InputPipeline, image_channels
 from noisydml.engine import distributed
 from noisydml.engine.judge import GroundTruth, decision_histograms, score_decisions
+from noisydml.evaluation import evaluate_settings
 from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import build_method
 from noisydml.methods.base import Batch, EpochContext, MethodSetup
 from noisydml.models import build_model, load_backbone_weights
+from noisydml.runtime import runtime_settings
 from noisydml.schema import ParamsError
 
 CHECKPOINT_VERSION = 2
 MONITOR_METRICS = ("precision_at_1", "mean_average_precision_at_r")
-#: How a run executes when the caller gives no ``runtime`` section (tests, benchmarks).
-DEFAULT_RUNTIME = {"device": "auto", "threads": 0, "progress": True, "deterministic": False, "loader_workers": 0,
-                   "amp": False, "channels_last": False, "cudnn_benchmark": False, "processes": 1,
-                   "sync_batchnorm": True}
 
 
 def gpu_settings(runtime: dict, device: torch.device) -> dict[str, Any]:
@@ -109,7 +107,8 @@ class RunSpec:
     train: dict[str, Any]
     seed: int
     data_fingerprint: str
-    evaluate: dict[str, Any] = field(default_factory=dict)
+    #: The evaluate section (its schema's defaults for what a caller leaves out): monitoring's retrieval settings.
+    evaluate: dict[str, Any] = field(default_factory=evaluate_settings)
     #: Fingerprints of upstream runs this one takes labels, weights or inputs from (run chaining).
     upstream: dict[str, str] = field(default_factory=dict)
     #: The pretrained backbone weights it starts from: ``{"source", "sha256"}`` (empty: none / torchvision's).
@@ -323,7 +322,8 @@ class Trainer:
         self.tracker = tracker or NullTracker()
         # For tests of resume: raise after this epoch's checkpoint, as a kill would.
         self.stop_after_epoch = stop_after_epoch
-        self.runtime = {**DEFAULT_RUNTIME, **(runtime or {})}
+        #: How the run executes: ``runtime`` with the schema's defaults for what it leaves out (tests, benchmarks)
+        self.runtime = runtime_settings(runtime)
         if progress is not None:
             self.runtime["progress"] = progress
         #: Ground truth of the training rows: scores the method's decisions, never shown to the method.
@@ -338,16 +338,35 @@ class Trainer:
         #: on resume); an upstream's ``init_state`` replaces them.
         self.backbone_state = backbone_state
 
-    def _check_batch(self, labels: np.ndarray) -> None:
-        cfg = self.spec.train["batch"]
-        num_classes = len(np.unique(labels))
-        if cfg["classes"] > num_classes:
-            raise ParamsError(
-                f"train.batch.classes: {cfg['classes']} classes per batch, but the training labels have "
-                f"only {num_classes} classes; allowed: 2..{num_classes}"
-            )
-
     def fit(self) -> TrainResult:
+        """Template: build, restore, then per epoch train / monitor / record / save, then select and export.
+
+        Each step is a method below; the order of every random draw is that of one loop, so a resumed run
+        reproduces an uninterrupted one bit for bit."""
+        run = self._build()
+        self._restore(run)
+        run.tracker.start(run.run_id)  # returns at once; MLflow opens the run in the background
+        run.wrap_for_ddp()
+        run.method.on_train_start(run.context(run.start_epoch), restored=run.resumed_from is not None)
+        epochs = self.spec.train["epochs"]
+        for epoch in range(run.start_epoch, epochs):
+            t0 = time.perf_counter()
+            row = self._train_epoch(run, epoch)
+            run.seconds.append(time.perf_counter() - t0)
+            last = epoch + 1 == epochs
+            if last or (self.spec.train["eval_every"] and (epoch + 1) % self.spec.train["eval_every"] == 0):
+                row.update(self._monitor(run, epoch, last))
+            self._record(run, row)
+            self._save(run, epoch)
+            if self.stop_after_epoch is not None and epoch + 1 >= self.stop_after_epoch and not last:
+                raise KeyboardInterrupt(f"stopped after epoch {epoch + 1} (stop_after_epoch)")
+        self._select(run)
+        return self._export(run)
+
+    # ------------------------------------------------------------------ steps
+
+    def _build(self) -> "_Run":
+        """Device, seeds, input pipeline, model (pretrained or upstream weights), method, optimizer, schedule."""
         cfg, runtime = self.spec.train, self.runtime
         if runtime["threads"]:
             torch.set_num_threads(runtime["threads"])
@@ -356,25 +375,20 @@ class Trainer:
         device = pick_device(runtime["device"])
         gpu = gpu_settings(runtime, device)
         ddp = distributed.current()
-        # ranks other than 0 record nothing: rank 0 holds the MLflow run and writes the checkpoint
-        tracker = self.tracker if ddp.is_main else NullTracker()
         labels = np.asarray(self.train_set.labels, dtype=np.int64)
-        self._check_batch(labels)
-        num_classes = int(labels.max()) + 1
+        num_classes = len(np.unique(labels))
+        if cfg["batch"]["classes"] > num_classes:
+            raise ParamsError(f"train.batch.classes: {cfg['batch']['classes']} classes per batch, but the training "
+                              f"labels have only {num_classes} classes; allowed: 2..{num_classes}")
         batch_size = cfg["batch"]["classes"] * cfg["batch"]["per_class"]
         ddp.check_batch(batch_size)
+        if cfg["model_selection"] == "best_validation" and self.val_set is None:
+            raise ValueError("Trainer: train.model_selection is 'best_validation' but no val_set was given (the "
+                             "caller holds out train.validation_classes; the params loader checks they are > 0)")
 
         torch.manual_seed(self.spec.seed)
         pipeline = InputPipeline.from_params(cfg, runtime, self.spec.seed, device)
-        train_x = self.train_set.images
-        test_x = self.test_set.images
-        val_x = self.val_set.images if self.val_set is not None else None
-        select_best = cfg["model_selection"] == "best_validation"
-        if select_best and val_x is None:
-            raise ParamsError("train.model_selection: 'best_validation' needs held-out validation classes, and "
-                              "this trainer was given none (train.validation_classes held out no data here)")
-        best: dict | None = None  # {"epoch", "score", "model", "method"} of the best validation epoch
-        model = build_model(cfg, in_channels=image_channels(train_x))
+        model = build_model(cfg, in_channels=image_channels(self.train_set.images))
         if self.backbone_state is not None:
             load_backbone_weights(model.backbone, self.backbone_state, cfg["pretrained"])
         model = model.to(device)
@@ -389,17 +403,10 @@ class Trainer:
                 print("runtime.sync_batchnorm: PyTorch's SyncBatchNorm needs CUDA; batch-norm statistics are per rank")
         method = build_method(
             self.spec.method,
-            MethodSetup(
-                hparams=self.spec.method_hparams,
-                num_classes=num_classes,
-                embedding_dim=cfg["embedding_dim"],
-                dataset_size=len(labels),
-                train_labels=labels,
-                seed=self.spec.seed,
-                feature_dim=int(getattr(model.backbone, "out_dim", 0)),
-                sample_ids=self.sample_ids,
-                inputs=self.inputs,
-            ),
+            MethodSetup(hparams=self.spec.method_hparams, num_classes=int(labels.max()) + 1,
+                        embedding_dim=cfg["embedding_dim"], dataset_size=len(labels), train_labels=labels,
+                        seed=self.spec.seed, feature_dim=int(getattr(model.backbone, "out_dim", 0)),
+                        sample_ids=self.sample_ids, inputs=self.inputs),
         ).to(device)
         if self.init_state is not None:
             model.load_state_dict(self.init_state["model"])
@@ -409,187 +416,258 @@ class Trainer:
         # disabled (CPU, or runtime.amp false): scale() and step() are the identity and optimizer.step()
         scaler = torch.amp.GradScaler("cuda", enabled=gpu["amp"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lr_factor(cfg["schedule"], cfg["epochs"], steps_per_epoch(len(labels), batch_size))
-        )
+            optimizer, lr_factor(cfg["schedule"], cfg["epochs"], steps_per_epoch(len(labels), batch_size)))
+        # ranks other than 0 record nothing: rank 0 holds the MLflow run and writes the checkpoint
+        tracker = self.tracker if ddp.is_main else NullTracker()
+        return _Run(self, device=device, gpu=gpu, ddp=ddp, tracker=tracker, pipeline=pipeline, labels=labels,
+                    batch_size=batch_size, model=model, method=method, optimizer=optimizer, scaler=scaler,
+                    scheduler=scheduler)
 
-        fingerprint = self.spec.fingerprint()
-        code = code_fingerprint()
-        history: list[dict[str, float]] = []
-        seconds: list[float] = []
-        start_epoch, step, run_id, resumed_from = 0, 0, None, None
-        if self.checkpoint_path.is_file():
-            state = torch.load(self.checkpoint_path, map_location=device, weights_only=False)
-            if state.get("fingerprint") == fingerprint and state.get("code") == code:
-                model.load_state_dict(state["model"])
-                method.load_state_dict(state["method"])
-                optimizer.load_state_dict(state["optimizer"])
-                scheduler.load_state_dict(state["scheduler"])
-                if gpu["amp"] and state.get("scaler"):
-                    scaler.load_state_dict(state["scaler"])
-                history, step, run_id = state["history"], state["step"], state.get("run_id")
-                seconds = state.get("epoch_seconds", [])
-                best = state.get("best")
-                start_epoch = resumed_from = state["epoch"] + 1
-                if ddp.is_main:
-                    print(f"resuming from {self.checkpoint_path} after epoch {start_epoch} of {cfg['epochs']}")
-            else:
-                what = "params or data" if state.get("fingerprint") != fingerprint else "the code"
-                print(f"ignoring checkpoint {self.checkpoint_path}: it belongs to a different configuration "
-                      f"({what} changed since); training from scratch")
-        tracker.start(run_id)  # returns at once; MLflow opens the run in the background
-        if ddp.active:
-            # the backbone and head under DDP (gradients averaged over ranks); forward_with_features is the forward.
-            # find_unused_parameters: a method may freeze the backbone or head in some epochs (Method.trainable)
-            device_ids = [device.index if device.index is not None else torch.cuda.current_device()] \
-                if device.type == "cuda" else None
-            forward = torch.nn.parallel.DistributedDataParallel(
-                _ForwardWithFeatures(model), device_ids=device_ids, find_unused_parameters=True)
-        else:
-            forward = model.forward_with_features
-        method_params = [p for p in method.parameters()]
+    def _restore(self, run: "_Run") -> None:
+        """Continue from the checkpoint when it belongs to this configuration and code; else say why not."""
+        if not self.checkpoint_path.is_file():
+            return
+        state = torch.load(self.checkpoint_path, map_location=run.device, weights_only=False)
+        if state.get("fingerprint") != run.fingerprint or state.get("code") != run.code:
+            what = "params or data" if state.get("fingerprint") != run.fingerprint else "the code"
+            print(f"ignoring checkpoint {self.checkpoint_path}: it belongs to a different configuration "
+                  f"({what} changed since); training from scratch")
+            return
+        run.model.load_state_dict(state["model"])
+        run.method.load_state_dict(state["method"])
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.scheduler.load_state_dict(state["scheduler"])
+        if run.gpu["amp"] and state.get("scaler"):
+            run.scaler.load_state_dict(state["scaler"])
+        run.history, run.step, run.run_id = state["history"], state["step"], state.get("run_id")
+        run.seconds = state.get("epoch_seconds", [])
+        run.best = state.get("best")
+        run.start_epoch = run.resumed_from = state["epoch"] + 1
+        if run.ddp.is_main:
+            print(f"resuming from {self.checkpoint_path} after epoch {run.start_epoch} of {self.spec.train['epochs']}")
 
-        labels_t = torch.as_tensor(labels.copy())
-        ids_t = torch.as_tensor(self.sample_ids.copy())
-        embedded: dict[str, Any] = {}
+    def _train_epoch(self, run: "_Run", epoch: int) -> dict[str, float]:
+        """One pass of P x K batches: the method's hooks, its loss, one optimiser step per batch; the epoch's row
+        (mean loss and logs, lr, the method's epoch logs, its decisions scored against ground truth)."""
+        cfg, model, method = self.spec.train, run.model, run.method
+        torch.manual_seed(_epoch_seed(self.spec.seed, epoch))
+        row: dict[str, float] = {"epoch": epoch + 1}
+        trainable = method.trainable(epoch)
+        model.set_frozen(trainable.frozen)
+        row.update(method.on_epoch_start(run.context(epoch)))
+        model.train()
+        method.train()
+        if trainable.freeze_batchnorm:
+            for module in model.backbone.modules():
+                if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                    module.eval()
+        batches = epoch_batches(run.labels, cfg["batch"]["per_class"], run.batch_size, self.spec.seed, epoch)
+        loss_sum, logs_sum = 0.0, {}
+        bar = tqdm(batches, desc=f"{self.spec.method} epoch {epoch + 1}/{cfg['epochs']}", unit="step",
+                   disable=not (self.runtime["progress"] and run.ddp.is_main), leave=False, mininterval=1.0)
+        # this rank's rows of every batch (all of them on one process)
+        inputs = run.pipeline.train_batches(self.train_set.images, [run.ddp.local_rows(b) for b in batches], epoch)
+        for idx, x in zip(bar, inputs):
+            batch = run.forward_batch(torch.from_numpy(idx), x, epoch, run.extra_rows(idx, epoch))
+            loss, logs = method.loss(batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{self.spec.method}: loss is {loss.item()} at epoch {epoch + 1}, step "
+                                         f"{run.step}; lower train.optimizer.lr or check the method's hyper-parameters")
+            run.optimizer.zero_grad(set_to_none=True)
+            run.scaler.scale(loss).backward()
+            run.ddp.average_gradients(run.method_params)
+            run.scaler.step(run.optimizer)
+            run.scaler.update()
+            run.scheduler.step()
+            run.step += 1
+            method.on_step_end(run.context(epoch), batch)
+            loss_sum += loss.item()
+            for k, v in logs.items():
+                logs_sum[k] = logs_sum.get(k, 0.0) + float(v)
+            bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+        row["loss"] = loss_sum / len(batches)
+        row.update({k: v / len(batches) for k, v in logs_sum.items()})
+        row["lr"] = run.optimizer.param_groups[0]["lr"]
+        row.update(method.on_epoch_end(run.context(epoch)))
+        if self.truth is not None:
+            row.update(score_decisions(method.decisions(), self.truth))
+        return row
 
-        def embed_train(features: bool = False):
-            # cached per (step, features): two hooks of one step share one pass over the training set
-            key = (step, features)
-            if embedded.get("key") != key:
-                embedded.update(key=key, value=embed_all(train_x, features=features))
-            return embedded["value"]
+    def _monitor(self, run: "_Run", epoch: int, last: bool) -> dict[str, float]:
+        """Validation P@1 (held-out training classes; keeps the best model when it selects) and the test-set
+        curves (monitoring only: never selects)."""
+        row: dict[str, float] = {}
+        evaluate = self.spec.evaluate
+        if self.val_set is not None:
+            val = retrieval_metrics(run.embed_all(self.val_set.images), self.val_set.labels, recall_at=(1,),
+                                    nmi=False, include=MONITOR_METRICS, max_k=evaluate["max_k"],
+                                    device=evaluate["device"])
+            row.update({f"val_{k}": v for k, v in val.items()})
+            selecting = self.spec.train["model_selection"] == "best_validation"
+            if selecting and (run.best is None or val["precision_at_1"] > run.best["score"]):
+                run.best = {"epoch": epoch + 1, "score": val["precision_at_1"],
+                            "model": copy.deepcopy(run.model.state_dict()),
+                            "method": copy.deepcopy(run.method.state_dict())}
+        test_emb = run.embed_all(self.test_set.images)
+        if last:
+            run.last_test_embeddings = test_emb
+        monitor = retrieval_metrics(test_emb, self.test_set.labels, recall_at=(1,), nmi=False, include=MONITOR_METRICS,
+                                    max_k=evaluate["max_k"], device=evaluate["device"],
+                                    query_mask=self.test_set.query_mask)
+        row.update({f"test_{k}": v for k, v in monitor.items()})
+        return row
 
-        use_gpu = device.type == "cuda"
+    def _record(self, run: "_Run", row: dict[str, float]) -> None:
+        run.history.append(row)
+        run.tracker.log_metrics({**{k: v for k, v in row.items() if k != "epoch"},
+                                 "epoch_seconds": run.seconds[-1]}, step=row["epoch"])
+        if run.ddp.is_main:
+            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+                  + f" epoch_seconds={run.seconds[-1]:.1f}")
 
-        def embed_all(images, features: bool = False):
-            # one pass over all rows; under DDP each rank embeds its shard and every rank gets all of them
-            return ddp.embed(lambda x: embed(model, x, device, features=features, pipeline=pipeline), images, features)
+    def _save(self, run: "_Run", epoch: int) -> None:
+        """The checkpoint a killed run resumes from (rank 0 writes it; every rank waits for it)."""
+        state = {
+            "fingerprint": run.fingerprint, "code": run.code, "epoch": epoch, "step": run.step,
+            "history": run.history,
+            # waits for the MLflow run to be open (about 3 s of CPU, so after the first epoch it may not be
+            # yet): a run killed before would otherwise resume as a second MLflow run
+            "run_id": run.tracker.run_id, "epoch_seconds": run.seconds,
+            "model": run.model.state_dict(), "method": run.method.state_dict(),
+            "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(), "best": run.best,
+            **({"scaler": run.scaler.state_dict()} if run.gpu["amp"] else {}),
+        }
+        if run.ddp.is_main:
+            io.write_with(self.checkpoint_path, lambda p: torch.save(state, p))
+        run.ddp.barrier()  # no rank runs ahead of the checkpoint (a resume finds it whole)
 
-        def context(epoch: int) -> EpochContext:
-            return EpochContext(
-                epoch=epoch, num_epochs=cfg["epochs"], step=step, model=model, device=device, train_labels=labels,
-                sample_ids=self.sample_ids, embed_train=embed_train,
-                knn=lambda q, k, gallery=None: neighbours.knn(q, k, gallery, use_gpu=use_gpu),
-                similarity_blocks=neighbours.similarity_blocks, inputs=self.inputs,
-            )
+    def _select(self, run: "_Run") -> None:
+        """The reported model: the last epoch's, or the best on the validation classes (never the test set)."""
+        run.selected_epoch = self.spec.train["epochs"]
+        if self.spec.train["model_selection"] == "best_validation" and run.best is not None:
+            run.model.load_state_dict(run.best["model"])
+            run.method.load_state_dict(run.best["method"])
+            run.selected_epoch = run.best["epoch"]
 
-        method.on_train_start(context(start_epoch), restored=resumed_from is not None)
-        last_test_emb = None  # the last epoch's monitoring pass over the test set, reused as the final one
-        for epoch in range(start_epoch, cfg["epochs"]):
-            t0 = time.perf_counter()
-            torch.manual_seed(_epoch_seed(self.spec.seed, epoch))
-            row: dict[str, float] = {"epoch": epoch + 1}
-            trainable = method.trainable(epoch)
-            model.set_frozen(trainable.frozen)
-            row.update(method.on_epoch_start(context(epoch)))
-            model.train()
-            method.train()
-            if trainable.freeze_batchnorm:
-                for module in model.backbone.modules():
-                    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-                        module.eval()
-            batches = epoch_batches(labels, cfg["batch"]["per_class"], batch_size, self.spec.seed, epoch)
-            loss_sum, logs_sum = 0.0, {}
-            bar = tqdm(batches, desc=f"{self.spec.method} epoch {epoch + 1}/{cfg['epochs']}", unit="step",
-                       disable=not (runtime["progress"] and ddp.is_main), leave=False, mininterval=1.0)
-            # this rank's rows of every batch (all of them on one process)
-            inputs = pipeline.train_batches(train_x, [ddp.local_rows(b) for b in batches], epoch)
-            for idx, x in zip(bar, inputs):
-                index = torch.from_numpy(idx)
-                if gpu["channels_last"]:
-                    x = x.to(memory_format=torch.channels_last)
-                with torch.autocast(device.type, dtype=torch.float16, enabled=gpu["amp"]):
-                    emb, feats = forward(x.to(device, non_blocking=True))
-                # losses, memories and banks in float32 (mined similarities, softmaxes and margins in half lose too much)
-                # under DDP the method gets the global batch, the same on every rank (``idx`` is the global batch)
-                emb, feats = ddp.gather_rows(emb.float()), ddp.gather_rows(feats.float())
-                batch = Batch(embeddings=emb, features=feats, labels=labels_t[index].to(device),
-                              index=index.to(device), sample_id=ids_t[index].to(device), step=step, epoch=epoch)
-                loss, logs = method.loss(batch)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"{self.spec.method}: loss is {loss.item()} at epoch {epoch + 1}, step {step}; "
-                        "lower train.optimizer.lr or check the method's hyper-parameters"
-                    )
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                ddp.average_gradients(method_params)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-                step += 1
-                method.on_step_end(context(epoch), batch)
-                loss_sum += loss.item()
-                for k, v in logs.items():
-                    logs_sum[k] = logs_sum.get(k, 0.0) + float(v)
-                bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
-            row["loss"] = loss_sum / len(batches)
-            row.update({k: v / len(batches) for k, v in logs_sum.items()})
-            row["lr"] = optimizer.param_groups[0]["lr"]
-            row.update(method.on_epoch_end(context(epoch)))
-            if self.truth is not None:
-                row.update(score_decisions(method.decisions(), self.truth))
-            seconds.append(time.perf_counter() - t0)
-            last = epoch + 1 == cfg["epochs"]
-            if last or (cfg["eval_every"] and (epoch + 1) % cfg["eval_every"] == 0):
-                if val_x is not None:
-                    val = retrieval_metrics(
-                        embed_all(val_x), self.val_set.labels, recall_at=(1,), nmi=False,
-                        include=MONITOR_METRICS, max_k=self.spec.evaluate.get("max_k", 1023),
-                        device=self.spec.evaluate.get("device", "cpu"),
-                    )
-                    row.update({f"val_{k}": v for k, v in val.items()})
-                    if select_best and (best is None or val["precision_at_1"] > best["score"]):
-                        best = {"epoch": epoch + 1, "score": val["precision_at_1"],
-                                "model": copy.deepcopy(model.state_dict()), "method": copy.deepcopy(method.state_dict())}
-                test_emb = embed_all(test_x)
-                if last:
-                    last_test_emb = test_emb
-                monitor = retrieval_metrics(
-                    test_emb, self.test_set.labels, recall_at=(1,), nmi=False, include=MONITOR_METRICS,
-                    max_k=self.spec.evaluate.get("max_k", 1023),
-                    device=self.spec.evaluate.get("device", "cpu"), query_mask=self.test_set.query_mask,
-                )
-                row.update({f"test_{k}": v for k, v in monitor.items()})
-            history.append(row)
-            tracker.log_metrics({**{k: v for k, v in row.items() if k != "epoch"},
-                                 "epoch_seconds": seconds[-1]}, step=epoch + 1)
-            if ddp.is_main:
-                print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
-                      + f" epoch_seconds={seconds[-1]:.1f}")
-            state = {
-                "fingerprint": fingerprint, "code": code, "epoch": epoch, "step": step, "history": history,
-                # waits for the MLflow run to be open (about 3 s of CPU, so after the first epoch it may not be
-                # yet): a run killed before would otherwise resume as a second MLflow run
-                "run_id": tracker.run_id, "epoch_seconds": seconds,
-                "model": model.state_dict(), "method": method.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "best": best,
-                **({"scaler": scaler.state_dict()} if gpu["amp"] else {}),
-            }
-            if ddp.is_main:
-                io.write_with(self.checkpoint_path, lambda p: torch.save(state, p))
-            ddp.barrier()  # no rank runs ahead of the checkpoint (a resume finds it whole)
-            if self.stop_after_epoch is not None and epoch + 1 >= self.stop_after_epoch and not last:
-                raise KeyboardInterrupt(f"stopped after epoch {epoch + 1} (stop_after_epoch)")
-
-        selected_epoch = cfg["epochs"]
-        if select_best and best is not None:
-            # chosen on the validation classes only; the test set never takes part
-            model.load_state_dict(best["model"])
-            method.load_state_dict(best["method"])
-            selected_epoch = best["epoch"]
+    def _export(self, run: "_Run") -> TrainResult:
+        """The selected model's embeddings, the method's per-row exports and its decisions' histograms."""
         # the last epoch's model is the final one unless validation chose another: its test pass is reused
-        reuse = last_test_emb is not None and selected_epoch == cfg["epochs"]
-        test_emb = last_test_emb if reuse else embed_all(test_x)
-        train_emb = embed_all(train_x)
-        val_emb = embed_all(val_x) if val_x is not None else None
-        exports = {k: np.asarray(v) for k, v in method.export(context(cfg["epochs"])).items()}
+        reuse = run.last_test_embeddings is not None and run.selected_epoch == self.spec.train["epochs"]
+        test_emb = run.last_test_embeddings if reuse else run.embed_all(self.test_set.images)
+        train_emb = run.embed_all(self.train_set.images)
+        val_emb = run.embed_all(self.val_set.images) if self.val_set is not None else None
+        exports = {k: np.asarray(v) for k, v in run.method.export(run.context(self.spec.train["epochs"])).items()}
         for name, values in exports.items():
-            if len(values) != len(labels):
+            if len(values) != len(run.labels):
                 raise ValueError(f"{self.spec.method}.export(): {name!r} has {len(values)} values for "
-                                 f"{len(labels)} training rows")
-        histograms = decision_histograms(method.decisions(), self.truth) if self.truth is not None else {}
-        return TrainResult(model, method, history, test_emb, train_emb, resumed_from, tracker.run_id,
-                           selected_epoch=selected_epoch, val_embeddings=val_emb, epoch_seconds=seconds,
-                           exports=exports, device={**describe_device(device), "gpu_settings": gpu},
+                                 f"{len(run.labels)} training rows")
+        histograms = decision_histograms(run.method.decisions(), self.truth) if self.truth is not None else {}
+        return TrainResult(run.model, run.method, run.history, test_emb, train_emb, run.resumed_from,
+                           run.tracker.run_id, selected_epoch=run.selected_epoch, val_embeddings=val_emb,
+                           epoch_seconds=run.seconds, exports=exports,
+                           device={**describe_device(run.device), "gpu_settings": run.gpu},
                            decision_histograms=histograms)
+
+
+class _Run:
+    """One fit's objects and the state its epochs change (what a checkpoint holds), with the passes over data
+    the method's hooks call (:class:`~noisydml.methods.base.EpochContext`)."""
+
+    def __init__(self, trainer: Trainer, *, device, gpu, ddp, tracker, pipeline, labels, batch_size, model, method,
+                 optimizer, scaler, scheduler):
+        self.trainer, self.device, self.gpu, self.ddp, self.tracker = trainer, device, gpu, ddp, tracker
+        self.pipeline, self.labels, self.batch_size = pipeline, labels, batch_size
+        self.model, self.method, self.optimizer, self.scaler, self.scheduler = model, method, optimizer, scaler, scheduler
+        self.fingerprint = trainer.spec.fingerprint()
+        self.code = code_fingerprint()
+        self.history: list[dict[str, float]] = []
+        self.seconds: list[float] = []
+        self.start_epoch, self.step, self.run_id, self.resumed_from = 0, 0, None, None
+        self.best: dict | None = None  # {"epoch", "score", "model", "method"} of the best validation epoch
+        self.selected_epoch: int | None = None
+        self.last_test_embeddings = None  # the last epoch's monitoring pass over the test set, reused as the final one
+        self.forward = model.forward_with_features
+        self.method_params = list(method.parameters())
+        self.labels_t = torch.as_tensor(labels.copy())
+        self.ids_t = torch.as_tensor(trainer.sample_ids.copy())
+        self._embedded: dict[str, Any] = {}
+
+    def wrap_for_ddp(self) -> None:
+        """Under DDP the backbone and head average their gradients over ranks (forward_with_features is the
+        forward). find_unused_parameters: a method may freeze the backbone or head in some epochs
+        (Method.trainable)."""
+        if not self.ddp.active:
+            return
+        device = self.device
+        device_ids = [device.index if device.index is not None else torch.cuda.current_device()] \
+            if device.type == "cuda" else None
+        self.forward = torch.nn.parallel.DistributedDataParallel(
+            _ForwardWithFeatures(self.model), device_ids=device_ids, find_unused_parameters=True)
+
+    def extra_rows(self, rows: np.ndarray, epoch: int) -> np.ndarray | None:
+        """The rows the method asks to forward with the batch ``rows`` (:meth:`Method.extra_samples`), checked."""
+        extra = self.method.extra_samples(rows, epoch, self.step)
+        if extra is None:
+            return None
+        extra = np.asarray(extra)
+        name, n = self.trainer.spec.method, len(self.labels)
+        if extra.ndim != 1 or not np.issubdtype(extra.dtype, np.integer):
+            raise ValueError(f"{name}.extra_samples(): expected a 1-D array of row indices, got shape "
+                             f"{extra.shape} of {extra.dtype}")
+        if len(extra) and (extra.min() < 0 or extra.max() >= n):
+            raise ValueError(f"{name}.extra_samples(): row {int(extra.min() if extra.min() < 0 else extra.max())} "
+                             f"is outside the training table (rows 0..{n - 1})")
+        if len(extra) % self.ddp.world_size:
+            raise ValueError(f"{name}.extra_samples(): {len(extra)} rows do not split evenly over "
+                             f"{self.ddp.world_size} processes (runtime.processes)")
+        return extra.astype(np.int64)
+
+    def forward_batch(self, index: torch.Tensor, x: torch.Tensor, epoch: int, extra: np.ndarray | None) -> Batch:
+        """The method's view of one batch: this rank's rows (and its share of the ``extra`` rows, in the same
+        forward) gathered into the global batch."""
+        gpu, device = self.gpu, self.device
+        if extra is not None:
+            rows = [self.ddp.local_rows(extra)]
+            x_extra = next(iter(self.pipeline.train_batches(self.trainer.train_set.images, rows, epoch)))
+            own = len(x)
+            x = torch.cat([x, x_extra])
+        if gpu["channels_last"]:
+            x = x.to(memory_format=torch.channels_last)
+        with torch.autocast(device.type, dtype=torch.float16, enabled=gpu["amp"]):
+            emb, feats = self.forward(x.to(device, non_blocking=True))
+        extra_batch = None
+        if extra is not None:
+            extra_index = torch.from_numpy(extra)
+            extra_batch = Batch(embeddings=self.ddp.gather_rows(emb[own:].float()),
+                                features=self.ddp.gather_rows(feats[own:].float()),
+                                labels=self.labels_t[extra_index].to(device), index=extra_index.to(device),
+                                sample_id=self.ids_t[extra_index].to(device), step=self.step, epoch=epoch)
+            emb, feats = emb[:own], feats[:own]
+        # losses, memories and banks in float32 (mined similarities, softmaxes and margins in half lose too much);
+        # under DDP the method gets the global batch, the same on every rank (``index`` is the global batch)
+        emb, feats = self.ddp.gather_rows(emb.float()), self.ddp.gather_rows(feats.float())
+        return Batch(embeddings=emb, features=feats, labels=self.labels_t[index].to(device),
+                     index=index.to(device), sample_id=self.ids_t[index].to(device), step=self.step, epoch=epoch,
+                     extra=extra_batch)
+
+    def embed_all(self, images, features: bool = False):
+        """One pass over all rows; under DDP each rank embeds its shard and every rank gets all of them."""
+        return self.ddp.embed(lambda x: embed(self.model, x, self.device, features=features, pipeline=self.pipeline),
+                              images, features)
+
+    def embed_train(self, features: bool = False):
+        """The training rows' embeddings, cached per (step, features): two hooks of one step share one pass."""
+        key = (self.step, features)
+        if self._embedded.get("key") != key:
+            self._embedded.update(key=key, value=self.embed_all(self.trainer.train_set.images, features=features))
+        return self._embedded["value"]
+
+    def context(self, epoch: int) -> EpochContext:
+        use_gpu = self.device.type == "cuda"
+        return EpochContext(
+            epoch=epoch, num_epochs=self.trainer.spec.train["epochs"], step=self.step, model=self.model,
+            device=self.device, train_labels=self.labels, sample_ids=self.trainer.sample_ids,
+            embed_train=self.embed_train,
+            knn=lambda q, k, gallery=None: neighbours.knn(q, k, gallery, use_gpu=use_gpu),
+            similarity_blocks=neighbours.similarity_blocks, inputs=self.trainer.inputs,
+        )

@@ -28,7 +28,6 @@ from pytorch_metric_learning.utils.inference import FaissKMeans, FaissKNN
 from noisydml.evaluation import metric_names
 from noisydml.neighbours import faiss_gpu_available
 
-KNN_METRICS = ("precision_at_1", "mean_average_precision_at_r", "r_precision")
 _SAID: set[str] = set()
 
 

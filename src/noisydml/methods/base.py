@@ -12,7 +12,8 @@ Hooks, in the order the trainer calls them::
     for every epoch:
         trainable(epoch)               which model parts are frozen this epoch
         on_epoch_start(ctx)
-        for every batch: loss(batch); optimizer.step(); on_step_end(ctx, batch)
+        for every batch: extra_samples(rows, epoch, step)   more rows to forward with it (default none)
+                         loss(batch); optimizer.step(); on_step_end(ctx, batch)
         on_epoch_end(ctx)
         decisions()                    per-sample decisions the trainer scores
     export(ctx)                        per-sample arrays written into the run folder
@@ -50,9 +51,12 @@ class Batch:
     sample_id: torch.Tensor   # the manifest's global sample id (for exports)
     step: int                 # optimisation steps done before this batch
     epoch: int                # 0-based
+    #: The rows :meth:`Method.extra_samples` asked for, in its order, forwarded with this batch in one pass of the
+    #: model in training mode (their embeddings carry gradient; batch-norm statistics span both); None: none asked.
+    extra: "Batch | None" = None
 
     def subset(self, mask: torch.Tensor) -> "Batch":
-        """The batch restricted to ``mask`` (a bool mask or index tensor over its rows)."""
+        """The batch restricted to ``mask`` (a bool mask or index tensor over its rows); ``extra`` is kept whole."""
         return replace(self, embeddings=self.embeddings[mask], features=self.features[mask],
                        labels=self.labels[mask], index=self.index[mask], sample_id=self.sample_id[mask])
 
@@ -159,6 +163,14 @@ class Method(nn.Module):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ hooks (all optional)
+
+    def extra_samples(self, rows: np.ndarray, epoch: int, step: int) -> np.ndarray | None:
+        """Rows of the training table to load and forward in the same step as the batch ``rows`` (the global
+        P x K batch), e.g. K more positives per anchor chosen from the method's own groups: SGPS's authors
+        forward 4 extra images per item, 64 -> 320 images a step. They reach :meth:`loss` as ``batch.extra``.
+        Chosen from the method's state and the training labels only (never ground truth); the same on every
+        process (the state is). Default: None, the batch alone."""
+        return None
 
     def on_train_start(self, ctx: EpochContext, restored: bool) -> None:
         """Once per process, before the first epoch it trains. ``restored``: state came from a checkpoint

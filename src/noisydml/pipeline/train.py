@@ -1,4 +1,4 @@
-"""The train stage: one method on one noisy dataset with one seed -> ``runs/<dataset>/<noise>/<method>/seed<k>``.
+"""The train stage: one run (:class:`noisydml.runs.Run`) -> ``runs/<dataset>/<noise>/<name>/seed<k>``.
 
 Everything written into the run folder is a function of params, data and code
 (identical trainings give identical DVC hashes). What a run measured but must
@@ -17,9 +17,6 @@ import pandas as pd
 import torch
 
 from noisydml import io
-from noisydml.config import (
-    bspml_cell_run, chain_train_section, check_in_grid, embedding_size_run, run_name, sgps_ablation_run,
-)
 from noisydml.data.images import InputPipeline
 from noisydml.data.prepared import sha256_file
 from noisydml.engine import distributed
@@ -29,78 +26,22 @@ from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
 from noisydml.pipeline.rundata import load_run_data, take_upstream
-from noisydml.schema import ParamsError
+from noisydml.runs import Run, find_run
 from noisydml.tracking import MlflowTracker, git_commit
 
 
-def train(params: dict, dataset: str, noise: str, method: str, seed: int, layout: Layout = Layout()) -> Path:
-    """Train one run of the grid (``train@<dataset>-<noise>-<method>-<seed>``)."""
-    return _train(params, dataset, noise, method, seed, method, None, layout, f"train@{run_name(dataset, noise, method, seed)}")
-
-
-def train_chain(params: dict, key: str, layout: Layout = Layout()) -> Path:
-    """Train the chained run ``chains.<key>`` (``train_chain@<key>``) from its upstream's folder."""
-    if key not in params["chains"]:
-        raise ParamsError(f"--chain {key!r} is not in chains ({', '.join(params['chains']) or 'none'})")
-    c = params["chains"][key]
-    # the chain's own overrides: of the method's hyper-parameters and of a few train keys (validated by config)
-    chained = {**params, "train": chain_train_section(params["train"], c),
-               "methods": {**params["methods"], c["method"]: {**params["methods"][c["method"]], **c["hparams"]}}}
-    return _train(chained, c["dataset"], c["noise"], c["method"], c["seed"], c["name"], c, layout, f"train_chain@{key}")
-
-
-def train_embedding_size(params: dict, method: str, dim: int, seed: int, layout: Layout = Layout()) -> Path:
-    """Train one point of ``figures.embedding_size`` (BSPML Fig. 5; ``train_embedding_size@<method>-<dim>-<seed>``):
-    ``method`` with ``train.embedding_dim = dim`` on the figure's dataset and noise, into
-    ``runs/<dataset>/<noise>/<method>_dim<dim>/seed<k>``. Every other setting is the grid's."""
-    sizes = params["figures"]["embedding_size"]
-    if method not in sizes["methods"] or dim not in sizes["dims"] or seed not in sizes["seeds"]:
-        raise ParamsError(f"--method {method} --embedding-dim {dim} --seed {seed} is not a point of "
-                          f"figures.embedding_size (methods {sizes['methods']}, dims {sizes['dims']}, "
-                          f"seeds {sizes['seeds']})")
-    point = {**params, "train": {**params["train"], "embedding_dim": dim}}
-    return _train(point, sizes["dataset"], sizes["noise"], method, seed, embedding_size_run(method, dim), None, layout,
-                  f"train_embedding_size@{method}-{dim}-{seed}")
-
-
-def train_bspml_cell(params: dict, lam: str, mu: str, seed: int, layout: Layout = Layout()) -> Path:
-    """Train one cell of ``figures.bspml_cells`` (BSPML Figs. 3-4; ``train_bspml_cell@<lambda>-<mu>-<seed>``):
-    ``bspml`` with the age held at lambda (``lambda_0 = lambda_inf = lambda``, ``age_multiplier = 1``, so the
-    axis means one thing) and the balance weight ``mu``, into ``runs/<dataset>/<noise>/bspml_lam<l>_mu<m>/seed<k>``.
-    ``lam`` and ``mu`` are the values as written in params.yaml (they name the run's folder)."""
-    cells = params["figures"]["bspml_cells"]
-    if lam not in cells["lambda_names"] or mu not in cells["mu_names"] or seed not in cells["seeds"]:
-        raise ParamsError(f"--lam {lam} --mu {mu} --seed {seed} is not a cell of figures.bspml_cells (lambdas "
-                          f"{cells['lambda_names']}, mus {cells['mu_names']}, seeds {cells['seeds']})")
-    age = cells["lambdas"][cells["lambda_names"].index(lam)]
-    balance = cells["mus"][cells["mu_names"].index(mu)]
-    hparams = {**params["methods"]["bspml"], "lambda_0": age, "lambda_inf": age, "age_multiplier": 1.0, "mu": balance}
-    cell = {**params, "methods": {**params["methods"], "bspml": hparams}}
-    return _train(cell, cells["dataset"], cells["noise"], "bspml", seed, bspml_cell_run(lam, mu), None, layout,
-                  f"train_bspml_cell@{lam}-{mu}-{seed}")
-
-
-def train_sgps_ablation(params: dict, variant: str, seed: int, layout: Layout = Layout()) -> Path:
-    """Train one variant of ``figures.sgps_ablations`` (SGPS Fig. 5, Table V; ``train_sgps_ablation@<variant>-<seed>``):
-    ``sgps`` with the variant's overrides on the figure's dataset and noise, into ``runs/<d>/<n>/sgps_<variant>``."""
-    ablations = params["figures"]["sgps_ablations"]
-    if variant not in ablations["train"] or seed not in ablations["seeds"]:
-        raise ParamsError(f"--sgps-ablation {variant} --seed {seed} is not a run of figures.sgps_ablations (train "
-                          f"{ablations['train']}, seeds {ablations['seeds']})")
-    hparams = {**params["methods"]["sgps"], **ablations["variants"][variant]["hparams"]}
-    for key in ("sgm", "transproto"):  # nested sections merge key by key
-        if key in ablations["variants"][variant]["hparams"]:
-            hparams[key] = {**params["methods"]["sgps"].get(key, {}), **ablations["variants"][variant]["hparams"][key]}
-    run = {**params, "methods": {**params["methods"], "sgps": hparams}}
-    return _train(run, ablations["dataset"], ablations["noise"], "sgps", seed, sgps_ablation_run(variant), None,
-                  layout, f"train_sgps_ablation@{variant}-{seed}")
+def train(params: dict, run: Run, layout: Layout = Layout()) -> Path:
+    """Train ``run`` (a :class:`~noisydml.runs.Run` of params: the grid's, a chain's, a figure's) into its folder,
+    with its own overrides of the method's hyper-parameters and of train."""
+    return _train(run.params(params), run, layout)
 
 
 def run_from_arguments(params: dict, args) -> Path | None:
-    """Train what the options name (:func:`noisydml.cli.add_train_arguments`), refusing mixed or incomplete options.
+    """Train the run ``--run`` names (its folder, as dvc.yaml declares it: ``runs/<dataset>/<noise>/<name>/seed<k>``).
 
     ``runtime.processes`` > 1: the stage starts itself again under ``torchrun`` as that many processes, which
     train the run together (:mod:`noisydml.engine.distributed`); rank 0 writes the run folder."""
+    run = find_run(params, args.run)  # before any relaunch: a stale stage name fails at once
     processes = params["runtime"]["processes"]
     if processes > 1 and not distributed.launched_by_torchrun():
         status = distributed.relaunch_under_torchrun(processes, sys.argv)
@@ -110,40 +51,10 @@ def run_from_arguments(params: dict, args) -> Path | None:
     started_group = distributed.launched_by_torchrun() and not torch.distributed.is_initialized()
     distributed.init_from_environment(params["runtime"]["device"])
     try:
-        return _run_named(params, args)
+        return train(params, run)
     finally:
         if started_group:
             torch.distributed.destroy_process_group()
-
-
-def _run_named(params: dict, args) -> Path:
-    given = {k for k in ("dataset", "noise", "method", "seed", "chain", "embedding_dim", "lam", "mu", "sgps_ablation")
-             if getattr(args, k) is not None}
-    flag = {k: "--" + k.replace("_", "-") for k in given}
-    modes = [("chain", {"chain"}), ("embedding_dim", {"embedding_dim", "method", "seed"}),
-             ("lam", {"lam", "mu", "seed"}), ("sgps_ablation", {"sgps_ablation", "seed"}),
-             ("dataset", {"dataset", "noise", "method", "seed"})]
-    for key, needs in modes:
-        if key in given:
-            extra, missing = given - needs, needs - given
-            if extra or missing:
-                raise ParamsError(f"{flag[key]} takes {' '.join(sorted('--' + n.replace('_', '-') for n in needs))}"
-                                  + (f"; drop {', '.join(sorted(flag[e] for e in extra))}" if extra else "")
-                                  + (f"; missing {', '.join(sorted('--' + m.replace('_', '-') for m in missing))}"
-                                     if missing else ""))
-            if key == "chain":
-                return train_chain(params, args.chain)
-            if key == "embedding_dim":
-                return train_embedding_size(params, args.method, args.embedding_dim, args.seed)
-            if key == "lam":
-                return train_bspml_cell(params, args.lam, args.mu, args.seed)
-            if key == "sgps_ablation":
-                return train_sgps_ablation(params, args.sgps_ablation, args.seed)
-            check_in_grid(params, dataset=args.dataset, noise=args.noise, method=args.method, seed=args.seed)
-            return train(params, args.dataset, args.noise, args.method, args.seed)
-    raise ParamsError("name a run: --dataset --noise --method --seed (a grid run), --chain KEY, "
-                      "--method --embedding-dim --seed (figures.embedding_size), --lam --mu --seed "
-                      "(figures.bspml_cells) or --sgps-ablation --seed (figures.sgps_ablations)")
 
 
 def _upstream(chain: dict, data, layout: Layout, key_where: str):
@@ -163,16 +74,16 @@ def _upstream(chain: dict, data, layout: Layout, key_where: str):
     return data, inputs, init_state, upstream
 
 
-def _train(params: dict, dataset: str, noise: str, method: str, seed: int, name_in_grid: str, chain: dict | None,
-           layout: Layout, stage: str) -> Path:
-    """Train one run; write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``).
-    ``stage`` is the DVC stage that trains it (an MLflow tag)."""
+def _train(params: dict, run: Run, layout: Layout) -> Path:
+    """Train one run (``params``: with the run's overrides); write ``model.pt``, embeddings, ``history.csv``,
+    ``run.json`` (and ``exports.npz``)."""
+    dataset, noise, method, seed, chain = run.dataset, run.noise, run.method, run.seed, run.chain
+    name_in_grid, name, stage = run.name, run.run_name, run.stage
     hparams = check_method(params, method)
     check_backbone(params["train"], params["weights"])
     check_frozen_backbone(hparams, params["train"], f"methods.{method}")
     data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
     inputs, init_state, upstream = {}, None, {}
-    name = run_name(dataset, noise, name_in_grid, seed)
     if chain is not None:
         data, inputs, init_state, upstream = _upstream(chain, data, layout, f"chained run {name}")
     backbone_state, pretrained = load_pretrained(params, layout)

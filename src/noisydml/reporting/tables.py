@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from noisydml import io
-from noisydml.config import bspml_cell_run, embedding_size_run, noises_of, runs_of, sgps_ablation_run
+from noisydml.runs import Run, noises_of, runs_of
 
 
 def row_names(params: dict) -> list[str]:
@@ -23,7 +23,8 @@ def row_names(params: dict) -> list[str]:
 
 def collect(params: dict, layout, stats: dict[tuple[str, str], dict]) -> pd.DataFrame:
     rows = []
-    for dataset, noise, method, seed, kind in runs_of(params):
+    for run in runs_of(params):
+        dataset, noise, method, seed, kind = run.dataset, run.noise, run.name, run.seed, run.kind
         path = layout.metrics(dataset, noise, method, seed)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; run `dvc repro` to evaluate every run of the grid")
@@ -264,16 +265,15 @@ def weight_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def embedding_size_summary(sweep: pd.DataFrame, sizes: dict) -> pd.DataFrame:
+def embedding_size_summary(sweep: pd.DataFrame, runs: dict[str, Run]) -> pd.DataFrame:
     """``figures.embedding_size`` runs: Recall@1 and P@1 per (method, embedding size), mean and sample SD over
-    seeds. Each run name is mapped back to its point with :func:`noisydml.config.embedding_size_run`."""
+    seeds. ``runs``: run name -> its :class:`~noisydml.runs.Run`, whose method and point place each row."""
     columns = ["method", "embedding_dim", "seeds", "recall_at_1", "recall_at_1_std", "precision_at_1",
                "mean_average_precision_at_r"]
     if sweep.empty:
         return pd.DataFrame(columns=columns)
-    point_of = {embedding_size_run(m, d): (m, d) for m in sizes["methods"] for d in sizes["dims"]}
-    rows = sweep.assign(method=[point_of[r][0] for r in sweep["method"]],
-                        embedding_dim=[point_of[r][1] for r in sweep["method"]])
+    rows = sweep.assign(method=[runs[r].method for r in sweep["method"]],
+                        embedding_dim=[runs[r].point["embedding_dim"] for r in sweep["method"]])
     grouped = rows.groupby(["method", "embedding_dim"], sort=False)
     metrics = [m for m in ("recall_at_1", "precision_at_1", "mean_average_precision_at_r") if m in rows]
     out = grouped[metrics].mean()
@@ -298,16 +298,14 @@ def embedding_size_lines(table: pd.DataFrame, sizes: dict) -> list[str]:
     return out + [""]
 
 
-def bspml_cells_summary(cell_runs: pd.DataFrame, cells: dict) -> pd.DataFrame:
+def bspml_cells_summary(cell_runs: pd.DataFrame, runs: dict[str, Run]) -> pd.DataFrame:
     """``figures.bspml_cells`` runs: final MAW, SDAW (the last weight step's, Eq. 14) and Recall@1 per
-    (lambda, mu), mean over seeds."""
+    (lambda, mu), mean over seeds. ``runs``: run name -> its :class:`~noisydml.runs.Run` (its point)."""
     columns = ["lambda", "mu", "seeds", "maw", "sdaw", "recall_at_1"]
     if cell_runs.empty:
         return pd.DataFrame(columns=columns)
-    cell_of = {bspml_cell_run(ln, mn): (lam, mu) for ln, lam in zip(cells["lambda_names"], cells["lambdas"])
-               for mn, mu in zip(cells["mu_names"], cells["mus"])}
-    rows = cell_runs.assign(**{"lambda": [cell_of[m][0] for m in cell_runs["method"]],
-                               "mu": [cell_of[m][1] for m in cell_runs["method"]]})
+    rows = cell_runs.assign(**{"lambda": [runs[m].point["lambda"] for m in cell_runs["method"]],
+                               "mu": [runs[m].point["mu"] for m in cell_runs["method"]]})
     rows = rows.rename(columns={"final_bspml_maw": "maw", "final_bspml_sdaw": "sdaw"})
     grouped = rows.groupby(["lambda", "mu"], sort=True)
     out = grouped[[c for c in ("maw", "sdaw", "recall_at_1") if c in rows]].mean().reindex(
@@ -429,13 +427,13 @@ SGPS_TABLE5 = {
 }
 
 
-def sgps_ablation_table(runs: pd.DataFrame, params: dict) -> pd.DataFrame:
+def sgps_ablation_table(runs: pd.DataFrame, params: dict, run_of: dict[str, Run]) -> pd.DataFrame:
     """``figures.sgps_ablations``: one row per trained variant, P@1 / MAP@R (mean, sample SD over seeds), its
     overrides, and Table V's CARS numbers where the variant's (tau, delta, gamma_1, gamma_2) is a row of it."""
     ablations = params["figures"]["sgps_ablations"]
     out = []
     for variant in ablations["train"]:
-        group = runs[runs["method"] == sgps_ablation_run(variant)]
+        group = runs[[run_of[name].point["variant"] == variant for name in runs["method"]]]
         spec = ablations["variants"][variant]
         hp = {**params["methods"]["sgps"], **spec["hparams"]}
         paper = SGPS_TABLE5.get(tuple(float(hp[k]) for k in ("temperature", "margin", "gamma_batch", "gamma_bank")))
@@ -485,8 +483,9 @@ def write_report(params: dict, layout) -> Path:
     ablation_runs = per_seed[kinds == "sgps_ablation"]
     per_seed = per_seed[~kinds.isin(["embedding_size", "bspml_cell", "sgps_ablation"])]
     per_seed = per_seed.drop(columns=[c for c in per_seed.columns if c.startswith("final_bspml_")])
-    sizes = embedding_size_summary(sweep, params["figures"]["embedding_size"])
-    cells = bspml_cells_summary(cell_runs, params["figures"]["bspml_cells"])
+    run_of = {r.name: r for r in runs_of(params) if r.kind != "grid"}  # a figure's runs: their points
+    sizes = embedding_size_summary(sweep, run_of)
+    cells = bspml_cells_summary(cell_runs, run_of)
     names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
     summary = summarise(per_seed, names)
     noise = noise_table(stats)
@@ -556,7 +555,7 @@ def write_report(params: dict, layout) -> Path:
            "row is its posterior data clean, so it sits beside `sgps_posterior`; its Table II SGPS-MCL is plain `sgps`.",
            ""]
     md += ["![P@1 and MAP@R over training](curves_over_training.png)", ""]
-    ablation = sgps_ablation_table(ablation_runs, params)
+    ablation = sgps_ablation_table(ablation_runs, params, run_of)
     md += ["### SGPS ablations (Fig. 5a, Fig. 5b, Table V)", ""]
     if ablation.empty:
         md += ["(opt-in: list variants in `figures.sgps_ablations.train`; see params.yaml)", ""]

@@ -119,7 +119,7 @@ class PMLMethod(Method):
 
     def loss_of(self, embeddings: torch.Tensor, labels: torch.Tensor, step: int) -> torch.Tensor:
         """The loss of some embeddings and labels at optimisation step ``step`` (also PRISM's base loss)."""
-        if isinstance(self.loss_fn, losses.CrossBatchMemory) and step < self.hparams.get("memory_warmup_steps", 0):
+        if isinstance(self.loss_fn, losses.CrossBatchMemory) and step < self.hparams["memory_warmup_steps"]:
             # XBM's warm-up: the memory starts once features drift slowly (Wang et al. 2020, Sec. 4);
             # until then the wrapped loss sees the batch alone and nothing is enqueued.
             return self.loss_fn.loss(embeddings, labels)

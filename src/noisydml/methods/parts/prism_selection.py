@@ -170,8 +170,9 @@ class PrismMethod(Method):
         from noisydml.methods.parts.pml import BASELINES, PMLMethod
 
         hp = setup.hparams
-        base_hparams = {"loss": hp["loss"], "memory_size": hp["memory_size"], "miner": {},
-                        "memory_warmup_steps": hp.get("memory_warmup_steps", 0)}
+        base_hparams = {"loss": hp["loss"], "memory_size": hp["memory_size"], "miner": {}}
+        if BASELINES[base_name].memory:  # a base with XBM's memory has its warm-up in its schema (prism_spec)
+            base_hparams["memory_warmup_steps"] = hp["memory_warmup_steps"]
         self.base = PMLMethod(MethodSetup(base_hparams, setup.num_classes, setup.embedding_dim, setup.dataset_size,
                                           setup.train_labels, setup.seed), BASELINES[base_name])
         self.memory = ClassCentreMemory(hp["memory_size"], setup.embedding_dim, setup.num_classes)

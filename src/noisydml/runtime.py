@@ -1,0 +1,42 @@
+"""The ``runtime`` section of params.yaml: how a run executes, not what it computes.
+
+Outside every stage's DVC params and the run fingerprint, so changing it re-runs nothing and keeps killed runs
+resumable. Its own module (no torch, nothing of the package but the schema machinery) so the engine reads its
+defaults from the schema itself, as the params loader does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noisydml.schema import Field, check_section
+
+RUNTIME_SCHEMA = {
+    "device": Field(str, "auto", choices=("auto", "cpu", "cuda"),
+                    help="auto = CUDA when present (says so when it falls back to the CPU)"),
+    "numerics": Field(str, "portable", choices=("portable", "native"),
+                      help="ours: portable = every numeric library pinned to its x86-64 AVX2 code path and "
+                           "runtime.threads threads, so another x86-64 host gives the same bits; native = each "
+                           "library's fastest path on this host (noisydml.numerics)"),
+    "threads": Field(int, 2, min=0, help="CPU threads of every thread pool (torch, MKL, OpenBLAS, faiss); 0 = the "
+                                         "libraries' default, the core count (native only: it changes the bits)"),
+    "progress": Field(bool, True, help="progress bars"),
+    "deterministic": Field(bool, False, help="torch.use_deterministic_algorithms (GPU runs bit-exact, slower)"),
+    "prepare_workers": Field(int, 0, min=0, help="processes decoding and checking image files when preparing a "
+                                                  "dataset (0 = one per CPU core)"),
+    "loader_workers": Field(int, 0, min=0, help="DataLoader worker processes decoding file-stored images (0 = in "
+                                                 "the training process); results do not depend on it"),
+    "amp": Field(bool, False, help="CUDA: automatic mixed precision (float16 forward, gradient scaling); off on CPU"),
+    "channels_last": Field(bool, False, help="CUDA: channels-last memory format for the network; off on CPU"),
+    "cudnn_benchmark": Field(bool, False, help="CUDA: cuDNN autotuner (off when deterministic); off on CPU"),
+    "processes": Field(int, 1, min=1, help="ours: processes training one run with DDP (torchrun; NCCL on CUDA, one "
+                                           "GPU each, gloo on the CPU); the batch is split over them"),
+    "sync_batchnorm": Field(bool, True, help="ours: with processes > 1 on CUDA, batch-norm statistics over the "
+                                             "global batch (SyncBatchNorm; CUDA only, per rank on the CPU)"),
+}
+
+
+def runtime_settings(runtime: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``runtime`` validated, with the schema's defaults for every key it leaves out (callers without a params
+    file: tests, benchmarks)."""
+    return check_section(runtime or {}, RUNTIME_SCHEMA, "runtime")

@@ -1,0 +1,61 @@
+"""Runs are values (noisydml.runs): every run params.yaml asks for is one train stage of dvc.yaml, whose `--run` and
+output are the run's folder and whose name is the run's stage -- checked through DVC's own resolution of dvc.yaml,
+with every kind of run switched on."""
+
+import shutil
+
+import pytest
+from dvc.repo import Repo
+from dvc.utils.hydra import apply_overrides
+
+from noisydml.config import load_params
+from noisydml.runs import runs_of
+
+from conftest import REPO
+
+EVERY_KIND = ["grid.noises=[clean,sym50,sc50,sympc20]", "grid.seeds=[0,1]", "grid.run_noises=[sc50_ms]",
+              "+noise_runs.glyphs-sc50_ms={dataset: glyphs, noise: sc50_ms, run: {noise: clean, method: ms, seed: 0}}",
+              "figures.embedding_size.dims=[16,32]", "figures.bspml_cells.lambdas=[2.7,3.0]",
+              "figures.bspml_cells.mus=[0.0,20]", "figures.sgps_ablations.train=[both,tau_1]",
+              "figures.sgps_ablations.seeds=[0,1]"]
+
+
+@pytest.fixture(scope="module")
+def resolved(tmp_path_factory):
+    """(params, {stage name: (cmd, outs)}) of dvc.yaml as DVC resolves it with every kind of run on."""
+    root = tmp_path_factory.mktemp("runs")
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(REPO / name, root / name)
+    apply_overrides(root / "params.yaml", EVERY_KIND)
+    Repo.init(root, no_scm=True)
+    with Repo(root) as repo:
+        stages = {s.name: (s.cmd, [str(o.def_path) for o in s.outs]) for s in repo.index.stages}
+    return load_params(root / "params.yaml"), stages
+
+
+def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
+    params, stages = resolved
+    runs = runs_of(params)
+    assert {r.kind for r in runs} == {"grid", "chain", "embedding_size", "bspml_cell", "sgps_ablation"}
+    for run in runs:
+        assert run.stage in stages, run.stage
+        cmd, outs = stages[run.stage]
+        assert outs == [run.folder] and cmd.split("--run ")[1].strip() == run.folder, (run.stage, cmd, outs)
+    trained_by_dvc = {name for name, (cmd, _) in stages.items() if "stages/train.py" in cmd}
+    assert trained_by_dvc == {r.stage for r in runs}
+
+
+def test_a_runs_overrides_are_the_only_difference_from_params(resolved):
+    params, _ = resolved
+    cell = next(r for r in runs_of(params) if r.kind == "bspml_cell" and r.point == {"lambda": 3.0, "mu": 20})
+    trained = cell.params(params)
+    assert trained["methods"]["bspml"] == {**params["methods"]["bspml"], "lambda_0": 3.0, "lambda_inf": 3.0,
+                                           "age_multiplier": 1.0, "mu": 20}
+    assert trained["train"] == params["train"] and cell.folder == "runs/glyphs/sympc20/bspml_lam3.0_mu20/seed0"
+    variant = next(r for r in runs_of(params) if r.kind == "sgps_ablation")
+    # a nested section of the overrides is merged key by key
+    assert variant.params({**params, "figures": params["figures"]})["methods"]["sgps"]["sgm"] == \
+        params["methods"]["sgps"]["sgm"]
+    chain = next(r for r in runs_of(params) if r.stage == "train_chain@sgps_posterior_stage2")
+    assert chain.params(params)["train"]["model_selection"] == "best_validation"
+    assert chain.params(params)["methods"]["prism"]["noise_rate"] == 0.2
