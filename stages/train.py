@@ -1,8 +1,10 @@
 """DVC stage: train one run.
 
---run runs/<dataset>/<noise>/<name>/seed<k>   a run of params.yaml, named by its folder (the stage's output): a run
-                                              of the grid (name = the method), a chained run (chains.<key>.name),
-                                              or a figure's own run (noisydml.runs expands them all)
+--run-folder runs/<dataset>/<noise>/<name>/seed<k>
+    a run of params.yaml named by its folder (the stage's output): a grid run (name = the method) or a chained
+    run (chains.<key>.name)
+--study NAME --run-folder ...
+    one of study NAME's own runs (noisydml.studies: BSPML's embedding sizes and cells, SGPS's ablations)
 
 A killed run resumes from its last epoch's checkpoint when started again with the same params and code.
 """

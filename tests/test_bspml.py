@@ -268,7 +268,8 @@ def test_bspml_table_layouts(raw_params):
     import pandas as pd
 
     from noisydml.pipeline.check import validate_all
-    from noisydml.reporting.tables import bspml_table1, bspml_table2, summarise
+    from noisydml.reporting.tables import summarise
+    from noisydml.studies.bspml import table1 as bspml_table1, table2 as bspml_table2
 
     params = validate_all(raw_params)
     rows = []

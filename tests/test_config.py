@@ -115,7 +115,7 @@ def test_a_figure_must_draw_from_a_run_of_the_grid():
 def test_embedding_size_points_are_runs_and_their_settings_are_checked():
     import yaml
 
-    from noisydml.runs import runs_of
+    from noisydml.studies import all_runs as runs_of  # the grid's, the chains' and the studies' own runs
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     assert validate_params(raw)["figures"]["embedding_size"]["dims"] == []  # opt-in: no runs by default
@@ -153,7 +153,7 @@ def test_embedding_size_points_are_runs_and_their_settings_are_checked():
 def test_bspml_cells_are_runs_named_as_dvc_writes_their_values():
     import yaml
 
-    from noisydml.runs import runs_of
+    from noisydml.studies import all_runs as runs_of  # the grid's, the chains' and the studies' own runs
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     assert validate_params(copy.deepcopy(raw))["figures"]["bspml_cells"]["lambdas"] == []  # opt-in
@@ -185,12 +185,12 @@ def test_the_train_stage_names_its_run_by_folder_and_refuses_one_params_does_not
     add_train_arguments(parser)
     params = load_params(REPO / "params.yaml")
     for argv, message in [
-        (["--run", "runs/glyphs/sympc20/ms/seed0"], "--run 'runs/glyphs/sympc20/ms/seed0' is not a run of params.yaml"),
-        (["--run", "runs/glyphs/sym50/bspml_lam3.1_mu0.0/seed0"], "is not a run of params.yaml"),
+        (["--run-folder", "runs/glyphs/sympc20/ms/seed0"], "--run-folder 'runs/glyphs/sympc20/ms/seed0' is not a run of params.yaml"),
+        (["--run-folder", "runs/glyphs/sym50/bspml_lam3.1_mu0.0/seed0"], "is not a run of params.yaml"),
     ]:
         with pytest.raises(ParamsError, match=re.escape(message)):
             run_from_arguments(params, parser.parse_args(argv))
-    with pytest.raises(SystemExit):  # --run is required
+    with pytest.raises(SystemExit):  # --run-folder is required
         parser.parse_args([])
 
 

@@ -39,7 +39,9 @@ def _method_names():
 @pytest.mark.parametrize("name", ["prepare", "corrupt", "corrupt_from_run", "evaluate", "report"])
 def test_stage_declares_exactly_the_code_it_imports(name):
     script = stage_deps.SCRIPT_OF.get(name, name)
-    imported = set(stage_deps.relative(stage_deps.closure(REPO / "stages" / f"{script}.py")))
+    # evaluate and report import every study by name (a folder dep in dvc.yaml)
+    studies = stage_deps.study_modules() if stage_deps.STUDIES in DVC[name].get("do", DVC[name])["deps"] else []
+    imported = set(stage_deps.relative(stage_deps.closure(REPO / "stages" / f"{script}.py", *studies)))
     declared = _declared_code(DVC[name])
     assert declared - imported == set(), f"{name}: declared in dvc.yaml but never imported"
     assert imported - declared == set(), f"{name}: imported but not declared in dvc.yaml (a change would not re-run it)"
@@ -121,3 +123,29 @@ def test_the_whole_params_file_is_valid():
     from noisydml.pipeline.check import main
 
     assert main([str(REPO / "params.yaml")]) == 0
+
+
+def test_no_reporting_module_names_a_method_or_a_paper():
+    """reporting/ is generic: a method's or a paper's own tables, figures and numbers live in its study
+    (noisydml.studies) and in references/papers/*.csv. Checked on identifiers and string constants."""
+    import ast
+
+    from noisydml.methods import method_names
+
+    methods = set(_method_names())
+    papers = ("prism", "sgps", "bspml", "smooth proxy", "proxy-anchor")
+    for path in sorted((REPO / "src" / "noisydml" / "reporting").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            elif isinstance(node, ast.Name):
+                text = node.id
+            elif isinstance(node, ast.Attribute):
+                text = node.attr
+            else:
+                continue
+            words = set(text.replace("`", " ").replace(",", " ").replace("(", " ").replace(")", " ").split())
+            assert not (words & methods), f"{path.name}:{node.lineno}: names a method: {sorted(words & methods)}"
+            assert not any(p in text.lower() for p in papers), f"{path.name}:{node.lineno}: names a paper: {text!r}"
+    assert method_names()  # the catalog was read

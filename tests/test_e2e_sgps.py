@@ -45,12 +45,12 @@ def test_posterior_chain_runs_in_order_and_reports_each_stage(repo):
     assert {"bottom_up_label", "bottom_up_keep", "keep"} <= set(exports)
     stage2 = yaml.safe_load((runs / "sgps_posterior_stage2" / "seed0" / "run.json").read_text())
     assert stage2["model_selection"] == "best_validation" and stage2["trained_samples"] < len(exports["sample_id"])
-    table = pd.read_csv(root / "reports" / "sgps_posterior.csv")
+    table = pd.read_csv(root / "reports" / "studies" / "sgps" / "sgps_posterior.csv")
     assert len(table) == 1 and 0 < table["purity"].iloc[0] <= 1 and 0 < table["coverage"].iloc[0] <= 1
     assert {"stage 1: sgps P@1", "stage 2: sgps_posterior_stage2 P@1", "stage 3: sgps_posterior P@1"} <= set(table)
     md = (root / "reports" / "results.md").read_text()
     assert "Posterior data clean" in md and "c^B purity" in md and "| mean |" not in md
-    assert (root / "reports" / "curves_over_training.png").is_file()
+    assert (root / "reports" / "studies" / "sgps" / "curves_over_training.png").is_file()
 
 
 def test_ablation_variant_is_its_own_run_and_report_row(repo):
@@ -59,6 +59,6 @@ def test_ablation_variant_is_its_own_run_and_report_row(repo):
     run = root / "runs" / "glyphs" / "sym50" / "sgps_mean" / "seed0"
     saved = __import__("torch").load(run / "model.pt", weights_only=False)
     assert saved["method_name"] == "sgps"
-    table = pd.read_csv(root / "reports" / "sgps_ablations.csv")
+    table = pd.read_csv(root / "reports" / "studies" / "sgps" / "sgps_ablations.csv")
     assert table["variant"].tolist() == ["mean"] and table["overrides"].iloc[0] == "ppm=mean"
     assert _run([sys.executable, "-m", "dvc", "status", "-q"], root, env) == ""

@@ -54,7 +54,7 @@ def test_selection_summary_averages_final_scores_of_selecting_runs_only():
 
 
 def test_embedding_size_summary_places_runs_by_their_point_and_uses_the_sample_sd():
-    from noisydml.reporting.tables import embedding_size_lines, embedding_size_summary
+    from noisydml.studies.bspml import embedding_size_lines, embedding_size_summary
 
     rows = [{**KEYS, "noise": "sympc20", "method": f"{m}_dim{d}", "run_kind": "embedding_size", "seed": s,
              "recall_at_1": r + s / 10, "precision_at_1": r + s / 10, "mean_average_precision_at_r": r / 10}

@@ -1,4 +1,4 @@
-"""Runs are values (noisydml.runs): every run params.yaml asks for is one train stage of dvc.yaml, whose `--run` and
+"""Runs are values (noisydml.runs): every run params.yaml asks for is one train stage of dvc.yaml, whose `--run-folder` and
 output are the run's folder and whose name is the run's stage -- checked through DVC's own resolution of dvc.yaml,
 with every kind of run switched on."""
 
@@ -9,7 +9,7 @@ from dvc.repo import Repo
 from dvc.utils.hydra import apply_overrides
 
 from noisydml.config import load_params
-from noisydml.runs import runs_of
+from noisydml.studies import all_runs as runs_of  # the grid's, the chains' and every study's own runs
 
 from conftest import REPO
 
@@ -30,7 +30,9 @@ def resolved(tmp_path_factory):
     Repo.init(root, no_scm=True)
     with Repo(root) as repo:
         stages = {s.name: (s.cmd, [str(o.def_path) for o in s.outs]) for s in repo.index.stages}
-    return load_params(root / "params.yaml"), stages
+    from noisydml.pipeline.check import check_all
+
+    return check_all(load_params(root / "params.yaml")), stages
 
 
 def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
@@ -40,7 +42,7 @@ def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
     for run in runs:
         assert run.stage in stages, run.stage
         cmd, outs = stages[run.stage]
-        assert outs == [run.folder] and cmd.split("--run ")[1].strip() == run.folder, (run.stage, cmd, outs)
+        assert outs == [run.folder] and cmd.split("--run-folder ")[1].strip() == run.folder, (run.stage, cmd, outs)
     trained_by_dvc = {name for name, (cmd, _) in stages.items() if "stages/train.py" in cmd}
     assert trained_by_dvc == {r.stage for r in runs}
 

@@ -106,6 +106,8 @@ def run_grid_stage(description: str, keys: tuple[str, ...], load: Callable[[], C
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """The train stage's option: the run, named by its folder (as dvc.yaml declares the stage's output)."""
-    parser.add_argument("--run", required=True,
+    # not --run: torchrun (runtime.processes > 1) reads the relaunched command line and takes --run for its --run-path
+    parser.add_argument("--run-folder", required=True,
                         help="runs/<dataset>/<noise>/<name>/seed<k>: a run of params.yaml (noisydml.runs) -- the "
-                             "grid's, a chain's or a figure's own")
+                             "grid's or a chain's")
+    parser.add_argument("--study", help="a study of noisydml.studies whose own run --run-folder is (its ablations, cells...)")

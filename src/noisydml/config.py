@@ -13,6 +13,7 @@ the file around them.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -20,7 +21,10 @@ from noisydml.evaluation import EVALUATE_SCHEMA, metric_names
 from noisydml.methods import method_names
 from noisydml.runs import check_unique_folders, noises_of, runs_of
 from noisydml.runtime import RUNTIME_SCHEMA
-from noisydml.schema import Field, ParamsError, _check_value, check_choice, check_name, check_section, check_sha256
+from noisydml.schema import (
+    Field, ParamsError, _check_value, check_choice, check_name, check_section, check_sha256, check_unique,
+    mapping_or_empty,
+)
 
 __all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_params"]
 
@@ -166,45 +170,6 @@ TIMING_ENTRY_SCHEMA = {
     "method": Field(str),
     "hparams": Field(dict, {}),
 }
-FIGURES_SCHEMA = {
-    "bspml_maps": Field(dict, {}, help="name -> a BSPML MAW/SDAW map (Figs. 3-4); empty = none"),
-    "embedding_size": Field(dict, help="BSPML Fig. 5: Recall@1 against train.embedding_dim (dims: [] = none)"),
-    "bspml_cells": Field(dict, help="BSPML Figs. 3-4 retrained per (lambda, mu) cell (lambdas: [] = none)"),
-    "sgps_ablations": Field(dict, help="SGPS Fig. 5 and Table V: sgps variants, each its own run (train: [] = none)"),
-}
-SGPS_ABLATIONS_SCHEMA = {
-    "dataset": Field(str, help="a dataset of grid.datasets"),
-    "noise": Field(str, help="a noise setting the grid trains on"),
-    "seeds": Field(list, item_type=int, min=0, help="seeds of every variant"),
-    "variants": Field(dict, help="name -> {group, hparams}: hparams override methods.sgps"),
-    "train": Field(list, item_type=str, help="the variants trained (and reported); [] = none"),
-}
-SGPS_VARIANT_SCHEMA = {
-    "group": Field(str, help="the figure or table the variant belongs to (a report heading)"),
-    "hparams": Field(dict, {}, help="overrides of methods.sgps"),
-}
-BSPML_CELLS_SCHEMA = {
-    "dataset": Field(str, help="a dataset of grid.datasets"),
-    "noise": Field(str, help="a noise setting the grid trains on (its labels are made by the corrupt stage)"),
-    "lambdas": Field(list, item_type=float, min=0.0, help="the age of a cell: lambda_0 = lambda_inf = it, c = 1"),
-    "mus": Field(list, item_type=float, min=0.0, help="the balance weight of a cell"),
-    "seeds": Field(list, item_type=int, min=0, help="seeds of every cell"),
-}
-EMBEDDING_SIZE_SCHEMA = {
-    "dataset": Field(str, help="a dataset of grid.datasets"),
-    "noise": Field(str, help="a noise setting the grid trains on (its labels are made by the corrupt stage)"),
-    "methods": Field(list, item_type=str, help="methods of the methods section (not only the grid's)"),
-    "dims": Field(list, item_type=int, min=1, help="train.embedding_dim of each point; [] = no runs, no figure"),
-    "seeds": Field(list, item_type=int, min=0, help="seeds of every point"),
-}
-BSPML_MAP_SCHEMA = {
-    "dataset": Field(str), "noise": Field(str), "seed": Field(int),
-    "method": Field(str, "bspml", choices=("bspml", "spms"),
-                    help="the grid run whose final model gives xi (and whose weight-step settings are used)"),
-    "lambdas": Field(list, item_type=float, min=0.0, help="the age, held constant per cell"),
-    "mus": Field(list, item_type=float, min=0.0, help="the balance weight"),
-    "passes": Field(int, 36, min=1, help="ours: weight-step passes over N from all weights 1"),
-}
 REPORT_SCHEMA = {
     "metrics": Field(list, ["precision_at_1", "mean_average_precision_at_r"], item_type=str),
 }
@@ -216,14 +181,6 @@ def check_model_selection(train: Mapping[str, Any], where: str) -> None:
     if train["model_selection"] == "best_validation" and train["validation_classes"] == 0:
         raise ParamsError(f"{where}.model_selection: 'best_validation' needs {where}.validation_classes > 0 "
                           "(held-out training classes; the test set is never used to select a model)")
-
-
-def _unique(values: list, where: str) -> None:
-    seen = set()
-    for v in values:
-        if v in seen:
-            raise ParamsError(f"{where}: {v!r} is listed twice")
-        seen.add(v)
 
 
 def _check_named_sections(section: Any, key: str, what: str) -> dict[str, dict]:
@@ -256,117 +213,9 @@ def _check_timing(section: Any, p: dict[str, Any]) -> dict[str, Any]:
         entry = check_section(raw_entry, TIMING_ENTRY_SCHEMA, where)
         check_choice(entry["method"], list(p["methods"]), f"{where}.method", "method")
         entries[name] = entry
-    _unique([e["label"] for e in entries.values()], "timing.entries.*.label")
+    check_unique([e["label"] for e in entries.values()], "timing.entries.*.label")
     timing["entries"] = entries
     return timing
-
-
-def _check_figures(section: Any, p: dict[str, Any]) -> dict[str, Any]:
-    """Figure stages: each ``figures.bspml_maps.<name>`` draws from a run of the grid (a DVC edge)."""
-    figures = check_section(section, FIGURES_SCHEMA, "figures")
-    maps = {}
-    for name, raw_entry in _mapping_or_empty(figures["bspml_maps"], "figures.bspml_maps", "map").items():
-        where = f"figures.bspml_maps.{check_name(name, 'figures.bspml_maps')}"
-        entry = check_section(raw_entry, BSPML_MAP_SCHEMA, where)
-        grid = p["grid"]
-        check_choice(entry["dataset"], grid["datasets"], f"{where}.dataset", "dataset of grid.datasets")
-        check_choice(entry["noise"], noises_of(grid), f"{where}.noise", "noise setting the grid trains on")
-        if entry["method"] not in grid["methods"]:
-            raise ParamsError(f"{where}.method: {entry['method']!r} is not a method of grid.methods (the map is "
-                              f"drawn from that run); allowed: {', '.join(grid['methods'])}; or drop the map: "
-                              "-S '~figures.bspml_maps' -S '+figures.bspml_maps={}'")
-        if entry["seed"] not in grid["seeds"]:
-            raise ParamsError(f"{where}.seed: {entry['seed']!r} is not a seed of the grid; allowed: "
-                              f"{', '.join(map(str, grid['seeds']))}")
-        for key in ("lambdas", "mus"):
-            if not entry[key]:
-                raise ParamsError(f"{where}.{key}: must list at least one value")
-        maps[name] = entry
-    figures["bspml_maps"] = maps
-    figures["embedding_size"] = _check_embedding_size(figures["embedding_size"], p)
-    figures["bspml_cells"] = _check_bspml_cells(figures["bspml_cells"], p)
-    figures["sgps_ablations"] = _check_sgps_ablations(figures["sgps_ablations"], p)
-    return figures
-
-
-def _check_sgps_ablations(section: Any, p: dict[str, Any]) -> dict[str, Any]:
-    """``figures.sgps_ablations``: stage ``train_sgps_ablation@<variant>-<seed>`` per trained variant and seed (a
-    DVC matrix), ``sgps`` with the variant's overrides; the report groups them (Fig. 5a, 5b, Table V)."""
-    where = "figures.sgps_ablations"
-    entry = check_section(section, SGPS_ABLATIONS_SCHEMA, where)
-    variants = {}
-    for name, body in _mapping_or_empty(entry["variants"], f"{where}.variants", "variant").items():
-        variants[name] = check_section(body, SGPS_VARIANT_SCHEMA, f"{where}.variants.{check_name(name, where)}")
-    entry["variants"] = variants
-    _unique(entry["train"], f"{where}.train")
-    _unique(entry["seeds"], f"{where}.seeds")
-    for i, name in enumerate(entry["train"]):
-        check_choice(name, list(variants), f"{where}.train[{i}]", "variant of figures.sgps_ablations.variants")
-    if entry["train"]:
-        if not entry["seeds"]:
-            raise ParamsError(f"{where}.seeds: must list at least one seed when variants are trained")
-        _check_figure_run_target(entry, p, where)
-        if "sgps" not in p["methods"]:
-            raise ParamsError(f"{where}: needs methods.sgps (every variant overrides it)")
-    return entry
-
-
-def _check_figure_run_target(entry: dict, p: dict[str, Any], where: str) -> None:
-    """A figure's own runs train on a dataset and noise of the grid (whose labels the corrupt stage makes)."""
-    grid = p["grid"]
-    check_choice(entry["dataset"], grid["datasets"], f"{where}.dataset", "dataset of grid.datasets")
-    if entry["noise"] not in noises_of(grid):
-        raise ParamsError(f"{where}.noise: {entry['noise']!r} is not a noise setting the grid trains on (its labels "
-                          f"are made for those only); allowed: {', '.join(noises_of(grid))}; e.g. -S "
-                          f"'grid.noises=[{', '.join([*grid['noises'], entry['noise']])}]'")
-
-
-def _check_bspml_cells(section: Any, p: dict[str, Any]) -> dict[str, Any]:
-    """``figures.bspml_cells``: stage ``train_bspml_cell@<lambda>-<mu>-<seed>`` per cell (a DVC matrix), each a
-    ``bspml`` run with the age held at lambda (``lambda_0 = lambda_inf = lambda``, ``age_multiplier = 1``) and
-    ``mu``; the report draws MAW / SDAW / Recall@1 over the cells. Names keep the values as written (``str``)."""
-    where = "figures.bspml_cells"
-    raw = dict(section) if isinstance(section, Mapping) else section
-    entry = check_section(raw, BSPML_CELLS_SCHEMA, where)
-    for key in ("lambdas", "mus", "seeds"):
-        _unique(entry[key], f"{where}.{key}")
-    entry["lambda_names"] = [str(v) for v in raw["lambdas"]]
-    entry["mu_names"] = [str(v) for v in raw["mus"]]
-    if entry["lambdas"] or entry["mus"]:
-        if not (entry["lambdas"] and entry["mus"] and entry["seeds"]):
-            raise ParamsError(f"{where}: needs at least one lambda, one mu and one seed, or lambdas: [] (no cells)")
-        if any(v == 0 for v in entry["lambdas"]):
-            raise ParamsError(f"{where}.lambdas: 0 is not allowed (the age must be > 0; Alg. 1)")
-        _check_figure_run_target(entry, p, where)
-        if "bspml" not in p["methods"]:
-            raise ParamsError(f"{where}: needs methods.bspml (every cell overrides its age and mu)")
-    return entry
-
-
-def _check_embedding_size(section: Any, p: dict[str, Any]) -> dict[str, Any]:
-    """``figures.embedding_size``: stage ``train_embedding_size@<method>-<dim>-<seed>`` per point (a DVC matrix)."""
-    where = "figures.embedding_size"
-    entry = check_section(section, EMBEDDING_SIZE_SCHEMA, where)
-    # dataset and noise are checked only when there are runs: the paper's 20% per-class noise may stay out of the
-    # default grid, and a shrunk grid need not carry the figure's dataset
-    if entry["dims"]:
-        _check_figure_run_target(entry, p, where)
-    for i, method in enumerate(entry["methods"]):
-        check_choice(method, list(p["methods"]), f"{where}.methods[{i}]", "method")
-    for key in ("methods", "dims", "seeds"):
-        _unique(entry[key], f"{where}.{key}")
-    if entry["dims"] and not (entry["methods"] and entry["seeds"]):
-        raise ParamsError(f"{where}: dims {entry['dims']} needs at least one method and one seed")
-    return entry
-
-
-def _mapping_or_empty(section: Any, key: str, what: str) -> Mapping:
-    """A section of keyed entries that may be empty (``{}`` or left blank)."""
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        raise ParamsError(f"{key}: expected a mapping of {what}")
-    return section
 
 
 def _bounds(f: Field) -> dict[str, Any]:
@@ -376,7 +225,7 @@ def _bounds(f: Field) -> dict[str, Any]:
 def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     """Chained runs (``chains.<key>``): each names its upstream run; the DVC stage ``train_chain@<key>`` depends
     on that run's folder, so ``dvc repro`` trains the upstream first and re-trains the chain when it changes."""
-    section = _mapping_or_empty(section, "chains", "stage key -> chained run")
+    section = mapping_or_empty(section, "chains", "stage key -> chained run")
     grid = p["grid"]
     chains: dict[str, dict] = {}
     for key, body in section.items():
@@ -436,7 +285,7 @@ def _check_run_noises(grid: dict, noise: dict) -> None:
             raise ParamsError(
                 f"grid.noises[{i}]: {name!r} is clustered on a run's embeddings (features.source: run); list it in "
                 "grid.run_noises instead and name its run per dataset in noise_runs.<dataset>-<noise>")
-    _unique(grid["run_noises"], "grid.run_noises")
+    check_unique(grid["run_noises"], "grid.run_noises")
     for i, name in enumerate(grid["run_noises"]):
         check_choice(name, list(noise), f"grid.run_noises[{i}]", "noise setting")
         if not clusters_a_run(noise[name]):
@@ -447,7 +296,7 @@ def _check_run_noises(grid: dict, noise: dict) -> None:
 
 def _check_noise_runs(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     """``noise_runs.<dataset>-<noise>``: the grid run whose training embeddings a run-sourced noise clusters."""
-    section = _mapping_or_empty(section, "noise_runs", "'<dataset>-<noise>' -> {dataset, noise, run}")
+    section = mapping_or_empty(section, "noise_runs", "'<dataset>-<noise>' -> {dataset, noise, run}")
     grid = p["grid"]
     entries: dict[str, dict] = {}
     for key, body in section.items():
@@ -564,16 +413,19 @@ def validate_params(raw: Any) -> dict[str, Any]:
     ):
         if not grid[key]:
             raise ParamsError(f"grid.{key}: must list at least one {what}")
-        _unique(grid[key], f"grid.{key}")
+        check_unique(grid[key], f"grid.{key}")
         for i, name in enumerate(grid[key]):
             check_choice(name, list(section), f"grid.{key}[{i}]", what)
-    _unique(grid["seeds"], "grid.seeds")
+    check_unique(grid["seeds"], "grid.seeds")
     _check_run_noises(grid, p["noise"])
     p["grid"] = grid
     p["noise_runs"] = _check_noise_runs(raw["noise_runs"], p)
     p["chains"] = _check_chains(raw["chains"], p)
     p["timing"] = _check_timing(raw["timing"], p)
-    p["figures"] = _check_figures(raw["figures"], p)
+    # figures.<key>: sections the studies own (noisydml.studies), validated by each study where it is used and all
+    # at once by noisydml.pipeline.check: editing a study's check re-runs that study's stages, not the grid
+    p["figures"] = {key: copy.deepcopy(body) for key, body in
+                    mapping_or_empty(raw["figures"], "figures", "study sections (noisydml.studies)").items()}
 
     # method_sets: named lists (params.yaml uses YAML anchors so grid.methods can point at one)
     p["method_sets"] = {}

@@ -1,14 +1,14 @@
 """Runs are values: every training run params.yaml asks for, as a :class:`Run`.
 
 This module is the only place that expands params into runs and names them: the run folder
-``runs/<dataset>/<noise>/<name>/seed<k>`` (which the train stage is given as ``--run``, and which dvc.yaml declares
+``runs/<dataset>/<noise>/<name>/seed<k>`` (which the train stage is given as ``--run-folder``, and which dvc.yaml declares
 as the stage's output: DVC's templates cannot call Python, so tests/test_runs.py checks the two agree), the DVC
 stage that trains it, and the overrides it trains with. The train stage, the evaluate stage and the report take
 runs from here; nothing decodes a folder name back into settings.
 
-Kinds of run: the grid (datasets x noises x methods x seeds), chained runs (``chains``: trained from another run),
-and the figures' own runs (``figures.embedding_size`` points, ``figures.bspml_cells`` cells,
-``figures.sgps_ablations`` variants). Light: no torch; it reads validated params only.
+Kinds of run here: the grid (datasets x noises x methods x seeds) and chained runs (``chains``: trained from
+another run). A study (:mod:`noisydml.studies`) returns its own runs as the same values (e.g. ``embedding_size``
+points, ``bspml_cell`` cells, ``sgps_ablation`` variants). Light: no torch; it reads validated params only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from noisydml.schema import ParamsError
 class Run:
     """One training run: what trains, on what, with which overrides, and where it lives."""
 
-    kind: str  # grid | chain | embedding_size | bspml_cell | sgps_ablation
+    kind: str  # grid | chain | a study's own kind (e.g. embedding_size, bspml_cell, sgps_ablation)
     stage: str  # the DVC stage that trains it
     dataset: str
     noise: str
@@ -73,7 +73,8 @@ def noises_of(grid: Mapping) -> list[str]:
 
 
 def runs_of(params: Mapping[str, Any]) -> list[Run]:
-    """Every run of (validated) params, in pipeline order: the grid, the chains, the figures' own runs."""
+    """The grid's runs and the chained runs of (validated) params; the studies add their own runs
+    (:func:`noisydml.studies.all_runs`)."""
     grid = params["grid"]
     runs = [Run("grid", f"{'train' if n in grid['noises'] else 'train_on_run_noise'}@{run_name(d, n, m, s)}",
                 d, n, m, s, m)
@@ -81,25 +82,6 @@ def runs_of(params: Mapping[str, Any]) -> list[Run]:
     runs += [Run("chain", f"train_chain@{key}", c["dataset"], c["noise"], c["name"], c["seed"], c["method"],
                  hparams=c["hparams"], train=c["train"], chain=c)
              for key, c in params["chains"].items()]
-    figures = params["figures"]
-    sizes = figures["embedding_size"]
-    runs += [Run("embedding_size", f"train_embedding_size@{m}-{dim}-{s}", sizes["dataset"], sizes["noise"],
-                 f"{m}_dim{dim}", s, m, train={"embedding_dim": dim}, point={"embedding_dim": dim})
-             for m, dim, s in itertools.product(sizes["methods"], sizes["dims"], sizes["seeds"])]
-    cells = figures["bspml_cells"]
-    # the lambda and mu of a cell are named as DVC writes them in the stage's name and path (Python's str of the
-    # YAML value: 3.1, 20), so both name the same folder; the age is held: lambda_0 = lambda_inf = lambda, c = 1
-    for (lam_name, lam), (mu_name, mu), s in itertools.product(zip(cells["lambda_names"], cells["lambdas"]),
-                                                              zip(cells["mu_names"], cells["mus"]), cells["seeds"]):
-        runs.append(Run("bspml_cell", f"train_bspml_cell@{lam_name}-{mu_name}-{s}", cells["dataset"], cells["noise"],
-                        f"bspml_lam{lam_name}_mu{mu_name}", s, "bspml",
-                        hparams={"lambda_0": lam, "lambda_inf": lam, "age_multiplier": 1.0, "mu": mu},
-                        point={"lambda": lam, "mu": mu}))
-    ablations = figures["sgps_ablations"]
-    runs += [Run("sgps_ablation", f"train_sgps_ablation@{v}-{s}", ablations["dataset"], ablations["noise"], f"sgps_{v}",
-                 s, "sgps", hparams=ablations["variants"][v]["hparams"],
-                 point={"variant": v, "group": ablations["variants"][v]["group"]})
-             for v, s in itertools.product(ablations["train"], ablations["seeds"])]
     return runs
 
 
@@ -114,12 +96,12 @@ def check_unique_folders(runs: list[Run]) -> None:
 
 
 def find_run(params: Mapping[str, Any], folder: str) -> Run:
-    """The run of params whose folder is ``folder`` (the train stage's ``--run``)."""
+    """The run of params whose folder is ``folder`` (the train stage's ``--run-folder``)."""
     runs = runs_of(params)
     wanted = str(PurePosixPath(folder))
     for run in runs:
         if run.folder == wanted:
             return run
     near = [r.folder for r in runs if r.dataset in wanted and r.noise in wanted][:5]
-    raise ParamsError(f"--run {folder!r} is not a run of params.yaml ({len(runs)} runs"
+    raise ParamsError(f"--run-folder {folder!r} is not a run of params.yaml ({len(runs)} runs"
                       + (f"; e.g. {', '.join(near)}" if near else "") + ")")

@@ -135,3 +135,21 @@ def check_sha256(value: Any, where: str, min_digits: int = 64) -> str:
         what = "a sha256" if min_digits >= 64 else "a sha256 or a prefix of one"
         raise ParamsError(f"{where}: {value!r} is not {what}; allowed: {allowed}")
     return sha
+
+
+def check_unique(values: list, where: str) -> None:
+    """Refuse a value listed twice in ``values`` (a list of params at ``where``)."""
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise ParamsError(f"{where}: {v!r} is listed twice")
+        seen.add(v)
+
+
+def mapping_or_empty(section: Any, key: str, what: str) -> Mapping:
+    """A section of keyed entries that may be empty (``{}`` or left blank)."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ParamsError(f"{key}: expected a mapping of {what}")
+    return section

@@ -13,9 +13,9 @@ its hyper-parameters to params.yaml, and the name to a grid.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
+from noisydml.catalog import load_member, names_in
 from noisydml.schema import ParamsError
 
 #: Modules of this package that are not methods.
@@ -24,19 +24,12 @@ _NOT_METHODS = {"__init__", "base"}
 
 def method_names() -> list[str]:
     """Every method of the catalog: the ``*.py`` files of this folder, sorted."""
-    return sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem not in _NOT_METHODS)
+    return names_in(Path(__file__).parent, _NOT_METHODS)
 
 
 def load_spec(name: str):
     """The :class:`~noisydml.methods.base.MethodSpec` of method ``name`` (imports its module only)."""
-    names = method_names()
-    if name not in names:
-        raise ParamsError(f"unknown method {name!r}; allowed: {', '.join(names)}")
-    module = importlib.import_module(f"noisydml.methods.{name}")
-    spec = getattr(module, "SPEC", None)
-    if spec is None:
-        raise ParamsError(f"noisydml/methods/{name}.py defines no SPEC (a MethodSpec)")
-    return spec
+    return load_member("noisydml.methods", name, method_names(), "SPEC", "method")
 
 
 def check_method(params: dict, name: str, where: str | None = None) -> dict:

@@ -22,7 +22,13 @@ from noisydml.pipeline.layout import TRAIN_EMBEDDINGS, Layout
 
 
 def bspml_map(params: dict, name: str, layout: Layout = Layout()) -> Path:
-    entry = params["figures"]["bspml_maps"][name]
+    from noisydml.schema import ParamsError
+    from noisydml.studies import check_study
+
+    maps = check_study(params, "bspml")["bspml_maps"]  # the study owns figures.bspml_maps
+    if name not in maps:
+        raise ParamsError(f"--name {name!r} is not an entry of figures.bspml_maps ({', '.join(maps) or 'none'})")
+    entry = maps[name]
     hp = params["methods"][entry["method"]]
     run = layout.run(entry["dataset"], entry["noise"], entry["method"], entry["seed"])
     path = run / TRAIN_EMBEDDINGS
@@ -47,9 +53,9 @@ def bspml_map(params: dict, name: str, layout: Layout = Layout()) -> Path:
     table = pd.DataFrame(rows)
     out = layout.reports / "bspml_maps"
     io.write_with(out / f"{name}.csv", lambda p: table.to_csv(p, index=False, float_format="%.6f"))
-    from noisydml.reporting.plots import plot_bspml_maps
+    from noisydml.reporting.plots import plot_grid_maps
 
-    plot_bspml_maps(table, f"{entry['method']} {entry['dataset']}/{entry['noise']} seed {entry['seed']}: xi of the "
+    plot_grid_maps(table, f"{entry['method']} {entry['dataset']}/{entry['noise']} seed {entry['seed']}: xi of the "
                     f"final model, {entry['passes']} passes per cell", out / f"{name}.png")
     print(table.round(4).to_string(index=False))
     return out

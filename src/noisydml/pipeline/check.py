@@ -17,10 +17,12 @@ from noisydml.methods import check_frozen_backbone, check_method, load_spec
 from noisydml.models import check_backbone
 from noisydml.noise import check_noise
 from noisydml.schema import ParamsError
+from noisydml.studies import check_studies
 
 
 def check_all(params: dict[str, Any]) -> dict[str, Any]:
-    """Validate every registry-owned section of already-loaded params (defaults filled in); return them."""
+    """Validate every registry- and study-owned section of already-loaded params (registries' defaults filled in;
+    the studies' sections validated where used, :func:`noisydml.studies.check_study`); return them."""
     for name in params["datasets"]:
         check_dataset(params, name)
     for name in params["noise"]:
@@ -53,7 +55,7 @@ def check_all(params: dict[str, Any]) -> dict[str, Any]:
                 f"train.validation_classes: {train['validation_classes']} held out of dataset {ds_name!r}'s "
                 f"{n_train} training classes leaves fewer than train.batch.classes ({batch['classes']}) to train on"
             )
-    return params
+    return check_studies(params)  # every study's sections, and no two runs of any kind share a folder
 
 
 def validate_all(raw: Any) -> dict[str, Any]:

@@ -19,7 +19,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from noisydml import io
-from noisydml.runs import run_name, runs_of
+from noisydml.runs import run_name
+from noisydml.studies import all_runs
 from noisydml.engine.judge import group_majorities
 from noisydml.evaluation.retrieval import neighbours_used, retrieval_metrics
 from noisydml.pipeline.layout import Layout
@@ -123,7 +124,7 @@ def _log_final(params: dict, dataset: str, noise: str, name: str, seed: int, res
 
 def evaluate(params: dict, dataset: str, layout: Layout = Layout(), log_to_mlflow: bool = True) -> list[dict]:
     """Evaluate every run of ``dataset`` whose inputs changed; remove metrics of runs no longer in params."""
-    runs = [(r.dataset, r.noise, r.name, r.seed, r.kind) for r in runs_of(params) if r.dataset == dataset]
+    runs = [(r.dataset, r.noise, r.name, r.seed, r.kind) for r in all_runs(params) if r.dataset == dataset]
     wanted = {layout.metrics(d, n, m, s) for d, n, m, s, _ in runs}
     results, fresh = [], 0
     t0 = time.perf_counter()

@@ -1,18 +1,137 @@
 """The report stage: tables (Markdown + CSV), noise statistics, plots, combined metrics -> ``reports/``, and
 ``reports/host.json``, the fingerprint of the host and numerics the report was made with (CI compares it with
-its own host to know whether it must reproduce the committed metrics bit for bit)."""
+its own host to know whether it must reproduce the committed metrics bit for bit).
+
+The generic sections (the grid's results, noise, selection, weights, the papers' tables beside ours, training
+time) come from :mod:`noisydml.reporting`; every study (:mod:`noisydml.studies`) then adds its own sections.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from noisydml import io
+from noisydml.evaluation import metric_names
 from noisydml.numerics import host_fingerprint
 from noisydml.pipeline.layout import HOST_RECORD, Layout
-from noisydml.reporting.tables import write_report
+from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class, plot_selection, plot_weight_histograms
+from noisydml.reporting.references import load_references, reference_section
+from noisydml.reporting.tables import (
+    _chain_line, cluster_size_table, collect, markdown_table, noise_stats, noise_table, plot_series, selection_summary,
+    summarise, timing_results, timing_table, weight_summary,
+)
+from noisydml.runs import noises_of, runs_of
+from noisydml.studies import check_study, load_study, study_names, study_runs
+from noisydml.studies.base import ReportContext
+
+#: Run kinds of the grid's tables; every other kind is a study's own run, reported in its section.
+GRID_KINDS = ("grid", "chain")
 
 
 def report(params: dict, layout: Layout = Layout()) -> Path:
     out = write_report(params, layout)
     io.write_json(layout.reports / HOST_RECORD, host_fingerprint(params["runtime"]))
+    return out
+
+
+def write_report(params: dict, layout: Layout) -> Path:
+    out = layout.reports
+    stats = noise_stats(params, layout)
+    studies = {name: load_study(name) for name in study_names()}
+    sections = {name: check_study(params, name) for name in studies}
+    own = {name: study_runs(params, name) for name in studies}
+    every_run = collect(runs_of(params) + [r for runs in own.values() for r in runs], layout, stats)
+    kinds = every_run["run_kind"] if not every_run.empty else pd.Series(dtype=str)
+    # the studies' own runs have their own sections, outside the grid's tables
+    per_seed = every_run[kinds.isin(GRID_KINDS)]
+    per_seed = per_seed.drop(columns=[c for c in per_seed.columns
+                                      if c.startswith("final_") and not c.startswith("final_diag_")])
+    study_rows = every_run[~kinds.isin(GRID_KINDS)]
+    names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
+    summary = summarise(per_seed, names)
+    noise = noise_table(stats)
+    selection = selection_summary(per_seed)
+    timing = timing_results(params, layout)
+    times = timing_table(timing)
+    clusters = cluster_size_table(stats)
+    per_class = {f"{d}/{n}": pd.read_csv(layout.noisy(d, n) / "per_class.csv")
+                 for d in params["grid"]["datasets"] for n in noises_of(params["grid"])}
+    nominal = {f"{r.dataset}/{r.noise}": r.nominal_rate for r in noise.itertuples()}
+    references = load_references(layout.root / "references" / "papers")
+
+    chains = [_chain_line(c) for c in params["chains"].values()]
+    md = ["# Results", "", markdown_table(summary, params["report"]["metrics"], params), ""]
+    if chains:
+        md += ["Chained runs (params.yaml `chains`; each is a DVC stage that depends on its upstream run):", "",
+               *chains, ""]
+    md += ["![P@1 against noise rate](p_at_1_vs_noise.png)", "",
+           "## Noise settings", "",
+           "What each setting did to the training labels. Flip rate: share of a class's own images "
+           "relabelled; impurity: share of a kept training label's samples that are not of that class.", "",
+           noise.to_markdown(index=False), ""]
+    if clusters is not None:
+        md += ["### Moved clusters (small-cluster noise): number of clusters of each size", "",
+               clusters.to_markdown(), ""]
+    md += ["![Per-class noise](noise_per_class.png)", ""]
+    md += ["## Sample selection", "",
+           "Methods that select samples: at the final epoch, the share of kept samples that are truly "
+           "clean (precision) and of truly clean samples that are kept (recall), from the corrupt stage's "
+           "ground truth, mean over seeds. A selection no better than chance has precision = clean fraction.", ""]
+    md += [selection.round(4).to_markdown(index=False) if not selection.empty else "(no run in the grid selects samples)",
+           "", "![Selection over training](selection_over_training.png)", ""]
+    weights = weight_summary(per_seed)
+    md += ["## Sample weights", "",
+           "Methods that weight samples: the final mean weight of truly clean and truly noisy training "
+           "samples (ground truth the method never sees), mean over seeds, and their histograms.", "",
+           weights.round(4).to_markdown(index=False) if not weights.empty else "(no run in the grid weights samples)",
+           "", "![Weights of clean and noisy samples](weights_clean_noisy.png)", ""]
+    for name, study in studies.items():
+        runs = {r.name: r for r in own[name]}
+        mine = study_rows[study_rows["method"].isin(runs)] if not study_rows.empty else study_rows
+        folder = out / "studies" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        md += study.report(ReportContext(params=params, sections=sections[name], per_seed=per_seed, summary=summary,
+                                         own_runs=mine, runs=runs, references=references, timing=timing,
+                                         out=folder))
+    references_md, status = reference_section(references, summary, params, stats)
+    md += references_md
+    md += ["## Training time", ""]
+    if times.empty:
+        md += ["(opt-in: list methods under `timing.entries` in params.yaml to time them; see the README)", ""]
+    else:
+        md += [f"Seconds per epoch on the same data (`timing` in params.yaml: {params['timing']['epochs']} epochs "
+               "each, the first not counted); the studies' sections put the papers' times beside them.", "",
+               times.to_markdown(index=False), ""]
+    inexact = per_seed[~per_seed["map_at_r_exact"].astype(bool)]
+    if not inexact.empty:
+        md += ["**MAP@R and R-Precision are underestimates** for "
+               + ", ".join(f"{r.dataset}/{r.noise}/{r.method}/seed{r.seed}" for r in inexact.itertuples())
+               + f": `evaluate.max_k` ({params['evaluate']['max_k']}) is below the largest test class - 1.", ""]
+    io.write_text(out / "results.md", "\n".join(md))
+    io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
+    # per-epoch curves live in metrics/*.json
+    flat = every_run.drop(columns=[c for c in every_run.columns if c.startswith(("diag_", "histogram_", "curve_"))])
+    io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
+    io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
+    plot_metric_vs_noise(summary, "precision_at_1", out / "p_at_1_vs_noise.png")
+    plot_noise_per_class(per_class, nominal, out / "noise_per_class.png")
+    plot_selection(per_seed, out / "selection_over_training.png")
+    plot_weight_histograms(per_seed, out / "weights_clean_noisy.png")
+    io.write_with(out / "selection.csv", lambda p: selection.to_csv(p, index=False, float_format="%.6f"))
+    io.write_with(out / "paper_status.csv", lambda p: status.to_csv(p, index=False))
+    io.write_with(out / "training_time.csv", lambda p: times.to_csv(p, index=False))
+    # Plot data for `dvc plots show`: one row per point, methods told apart by the `method` field.
+    plot_rows = plot_series(summary)[["dataset", "method", "noise", "noise_kind", "noise_rate", "precision_at_1",
+                                      "mean_average_precision_at_r"]]
+    io.write_with(out / "plots" / "p_at_1_vs_noise.csv", lambda p: plot_rows.to_csv(p, index=False, float_format="%.6f"))
+    combined = {f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}
+                for r in summary.itertuples()}
+    own_means = study_rows.groupby(["dataset", "noise", "method"], sort=False)[names].mean().reset_index() \
+        if not study_rows.empty else study_rows
+    combined.update({f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}
+                     for r in own_means.itertuples()})
+    io.write_json(out / "metrics.json", combined)
+    print((out / "results.md").read_text())
     return out

@@ -26,7 +26,8 @@ from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
 from noisydml.pipeline.rundata import load_run_data, take_upstream
-from noisydml.runs import Run, find_run
+from noisydml.runs import Run
+from noisydml.studies import find_study_run
 from noisydml.tracking import MlflowTracker, git_commit
 
 
@@ -37,11 +38,12 @@ def train(params: dict, run: Run, layout: Layout = Layout()) -> Path:
 
 
 def run_from_arguments(params: dict, args) -> Path | None:
-    """Train the run ``--run`` names (its folder, as dvc.yaml declares it: ``runs/<dataset>/<noise>/<name>/seed<k>``).
+    """Train the run ``--run-folder`` names (its folder, as dvc.yaml declares it: ``runs/<dataset>/<noise>/<name>/seed<k>``):
+    of the grid or the chains, or with ``--study`` one of that study's own runs (only that study is imported).
 
     ``runtime.processes`` > 1: the stage starts itself again under ``torchrun`` as that many processes, which
     train the run together (:mod:`noisydml.engine.distributed`); rank 0 writes the run folder."""
-    run = find_run(params, args.run)  # before any relaunch: a stale stage name fails at once
+    run = find_study_run(params, args.run_folder, args.study)  # before any relaunch: a stale stage fails at once
     processes = params["runtime"]["processes"]
     if processes > 1 and not distributed.launched_by_torchrun():
         status = distributed.relaunch_under_torchrun(processes, sys.argv)

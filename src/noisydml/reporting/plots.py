@@ -147,15 +147,16 @@ def plot_weight_histograms(per_seed: pd.DataFrame, path: Path, column: str = "hi
     _save(fig, path)
 
 
-def plot_bspml_maps(table: pd.DataFrame, title: str, path: Path, columns: tuple[str, ...] = ("maw", "sdaw")) -> None:
-    """BSPML Figs. 3-4: MAW and SDAW (and any other ``columns``) as heatmaps over lambda (x) and mu (y), values
-    written in the cells."""
+def plot_grid_maps(table: pd.DataFrame, title: str, path: Path, columns: tuple[str, ...] = ("maw", "sdaw"),
+                   empty: str = "no cells") -> None:
+    """``columns`` of ``table`` as heatmaps over its ``lambda`` (x) and ``mu`` (y) columns, values written in the
+    cells (e.g. a weight step's MAW and SDAW over its age and balance)."""
     fig, axes = plt.subplots(1, len(columns), figsize=(4.8 * len(columns), 3.8), squeeze=False, layout="constrained")
     axes = axes[0]
     if table.empty:
         for ax in axes:
             ax.set_axis_off()
-        axes[0].text(0.5, 0.5, "no cells (figures.bspml_cells.lambdas is [])", ha="center", va="center")
+        axes[0].text(0.5, 0.5, empty, ha="center", va="center")
         _save(fig, path)
         return
     for ax, column in zip(axes, columns):
@@ -173,12 +174,12 @@ def plot_bspml_maps(table: pd.DataFrame, title: str, path: Path, columns: tuple[
     _save(fig, path)
 
 
-def plot_embedding_size(table: pd.DataFrame, title: str, path: Path) -> None:
-    """BSPML Fig. 5: Recall@1 (%) against the embedding size, one line per method, error bars = sample SD over
-    seeds. ``table`` has columns method, embedding_dim, recall_at_1, recall_at_1_std (fractions)."""
+def plot_embedding_size(table: pd.DataFrame, title: str, path: Path, empty: str = "no runs") -> None:
+    """Recall@1 (%) against the embedding size, one line per method, error bars = sample SD over seeds. ``table``
+    has columns method, embedding_dim, recall_at_1, recall_at_1_std (fractions)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     if table.empty:
-        ax.text(0.5, 0.5, "no embedding-size runs (figures.embedding_size.dims is [])", ha="center", va="center")
+        ax.text(0.5, 0.5, empty, ha="center", va="center")
         ax.set_axis_off()
     for method, rows in table.groupby("method", sort=False):
         rows = rows.sort_values("embedding_dim")
@@ -196,18 +197,18 @@ def plot_embedding_size(table: pd.DataFrame, title: str, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_training_curves(per_seed: pd.DataFrame, path: Path,
-                         methods: tuple[str, ...] = ("prism", "sgps", "sgps_supcon", "sgps_posterior")) -> None:
-    """SGPS Fig. 8: test P@1 and MAP@R over training (monitoring passes every ``train.eval_every`` epochs), mean
-    over seeds, PRISM against the SGPS runs, one line per (method, noise)."""
+def plot_training_curves(per_seed: pd.DataFrame, path: Path, methods: tuple[str, ...], solid: tuple[str, ...] = (),
+                         title: str = "", empty: str = "no such run in the grid") -> None:
+    """Test P@1 and MAP@R over training (monitoring passes every ``train.eval_every`` epochs), mean over seeds,
+    one line per (method, noise) of ``methods``: solid for the names starting with one of ``solid``, dashed else."""
     import numpy as np
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
     column = "curve_test_precision_at_1"
     rows = per_seed[per_seed["method"].isin(methods)] if column in per_seed else per_seed.iloc[:0]
-    for ax, metric, title in zip(axes, ("precision_at_1", "mean_average_precision_at_r"), ("P@1", "MAP@R")):
+    for ax, metric, name in zip(axes, ("precision_at_1", "mean_average_precision_at_r"), ("P@1", "MAP@R")):
         if rows.empty:
-            ax.text(0.5, 0.5, "no PRISM or SGPS run in the grid", ha="center", va="center")
+            ax.text(0.5, 0.5, empty, ha="center", va="center")
             ax.set_axis_off()
             continue
         for i, ((dataset, noise, method), group) in enumerate(rows.groupby(["dataset", "noise", "method"], sort=False)):
@@ -216,11 +217,11 @@ def plot_training_curves(per_seed: pd.DataFrame, path: Path,
             epochs = np.arange(1, len(mean) + 1)
             shown = np.isfinite(mean)
             ax.plot(epochs[shown], mean[shown], marker="o", markersize=3, color=f"C{i % 10}",
-                    linestyle="-" if method.startswith("sgps") else "--", label=f"{method} {dataset}/{noise}")
+                    linestyle="-" if method.startswith(solid) else "--", label=f"{method} {dataset}/{noise}")
         ax.set_xlabel("epoch")
-        ax.set_ylabel(f"test {title}")
+        ax.set_ylabel(f"test {name}")
         ax.grid(alpha=0.3)
-        ax.set_title(f"{title} over training (SGPS Fig. 8)")
+        ax.set_title(f"{name} over training{title}")
     if not rows.empty:
         axes[1].legend(fontsize=7)
     _save(fig, path)

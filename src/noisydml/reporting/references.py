@@ -1,6 +1,6 @@
-"""The papers' own numbers beside ours: every table of PRISM, SGPS and BSPML in its layout, and a status table.
+"""The papers' own numbers beside ours: every table of every paper in its layout, and a status table.
 
-The numbers are data, not code: ``references/papers/{prism,sgps,bspml}.csv`` (one row per cell, written by
+The numbers are data, not code: ``references/papers/<paper>.csv`` (one row per cell, written by
 ``scripts/transcribe_reference_tables.py`` from the transcriptions in the papers folder; see its docstring for
 the columns). A paper cell meets one of our results when the row's ``method`` ran on a dataset of the cell's
 kind (``datasets.<name>.kind``: cub200, cars196, sop, ...) under the cell's noise model and rate. Our datasets
@@ -160,9 +160,9 @@ def reference_section(references: pd.DataFrame, summary: pd.DataFrame, params: d
     paper_kinds = set(SHORT)
     status = status_table(references, ours)
     md = ["## The papers' tables beside ours", "",
-          "Every table of PRISM (CVPR 2021), SGPS (TIP 2024) and BSPML (AAAI 2023), transcribed in "
+          f"Every table of {', '.join(dict.fromkeys(references['paper']))}, transcribed in "
           "`references/papers/*.csv`. A cell reads `paper · ours (ours - paper)` where we ran the row's method on "
-          "the paper's dataset, noise and rate (e.g. via the published-list noise `prism_sym20`); our numbers on "
+          "the paper's dataset, noise and rate (e.g. via a published-list noise setting); our numbers on "
           "datasets no paper uses (the embedded glyphs) sit in their own columns and are never differenced. "
           f"Status: a table is reproduced when every P@1 cell of a row we implement is within "
           f"{REPRODUCED_WITHIN:g} points.", "", status.to_markdown(index=False), ""]

@@ -1,0 +1,86 @@
+"""The study catalog: a study is a module ``noisydml/studies/<name>.py`` with a ``STUDY`` (:mod:`.base`).
+
+Listed from the files of this folder without importing them, and imported by name: the train stage of a study's
+run imports that study only (its DVC dependencies follow), the evaluate and report stages all of them. Adding a
+study file re-runs no grid run.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from noisydml.catalog import load_member, names_in
+from noisydml.runs import check_unique_folders, find_run, runs_of
+from noisydml.schema import ParamsError
+
+#: Modules of this package that are not studies.
+_NOT_STUDIES = {"__init__", "base"}
+
+
+def study_names() -> list[str]:
+    """Every study of the catalog: the ``*.py`` files of this folder, sorted."""
+    return names_in(Path(__file__).parent, _NOT_STUDIES)
+
+
+def load_study(name: str):
+    """The :class:`~noisydml.studies.base.Study` of ``name`` (imports its module only)."""
+    return load_member("noisydml.studies", name, study_names(), "STUDY", "study")
+
+
+def owner_of(key: str) -> str:
+    """The study that owns ``figures.<key>`` (imports every study)."""
+    owners = [name for name in study_names() if key in load_study(name).sections]
+    if not owners:
+        allowed = sorted(k for n in study_names() for k in load_study(n).sections)
+        raise ParamsError(f"figures: unknown section {key!r}; allowed: {', '.join(allowed)} (each owned by a study)")
+    return owners[0]
+
+
+def check_study(params: dict[str, Any], name: str) -> dict[str, Any]:
+    """The ``figures`` sections study ``name`` owns, validated (each must be written in params.yaml); params are
+    left as they are."""
+    study = load_study(name)
+    figures = params["figures"]
+    out = {}
+    for key, check in study.sections.items():
+        if key not in figures:
+            raise ParamsError(f"figures: missing section {key!r} of study {name!r} (no hidden defaults: every "
+                              "section is written out in params.yaml)")
+        out[key] = check(copy.deepcopy(figures[key]), params)
+    return out
+
+
+def check_studies(params: dict[str, Any]) -> dict[str, Any]:
+    """Validate every study's sections, refuse ``figures`` sections no study owns, and check that no two runs of
+    the grid, the chains and the studies share a folder; return params as they are (``figures`` stays as written:
+    a study validates its sections again wherever they are used, :func:`check_study`)."""
+    for key in params["figures"]:
+        owner_of(key)
+    check_unique_folders(all_runs(params))  # validates every study's sections on the way
+    return params
+
+
+def study_runs(params: dict[str, Any], name: str) -> list:
+    """The own runs of study ``name`` (its sections validated first)."""
+    return load_study(name).runs(params, check_study(params, name))
+
+
+def all_runs(params: dict[str, Any]) -> list:
+    """The grid's and the chains' runs, then every study's own runs."""
+    runs = runs_of(params)
+    for name in study_names():
+        runs += study_runs(params, name)
+    return runs
+
+
+def find_study_run(params: dict[str, Any], folder: str, study: str | None):
+    """The run whose folder is ``folder``: of the grid or the chains, or (``study``) of that study's own runs."""
+    if study is None:
+        return find_run(params, folder)
+    runs = study_runs(params, study)
+    for run in runs:
+        if run.folder == folder.rstrip("/"):
+            return run
+    raise ParamsError(f"--run-folder {folder!r} is not a run of study {study!r} ({len(runs)} runs)")

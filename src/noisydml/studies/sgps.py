@@ -1,0 +1,211 @@
+"""SGPS (IEEE TIP 2024) as a study: its ablation runs, its checks and its report sections.
+
+- ``figures.sgps_ablations``: Fig. 5 (SGM, PPM) and Table V (tau, delta, gamma_1, gamma_2) as ``sgps`` variants,
+  each its own run per seed (``sgps_<variant>``);
+- the report: subgroup and positive diagnostics, the posterior data clean (chains trained on an upstream's
+  cluster labels), the curves over training (Fig. 8), the ablations beside Table V, the training time beside
+  Table VI. The paper's numbers come from references/papers/sgps.csv.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import pandas as pd
+
+from noisydml import io
+from noisydml.reporting.plots import plot_training_curves
+from noisydml.runs import Run
+from noisydml.schema import Field, ParamsError, check_choice, check_name, check_section, check_unique, mapping_or_empty
+from noisydml.studies.base import ReportContext, Study, chain_run_value, check_run_target
+
+SGPS_ABLATIONS_SCHEMA = {
+    "dataset": Field(str, help="a dataset of grid.datasets"),
+    "noise": Field(str, help="a noise setting the grid trains on"),
+    "seeds": Field(list, item_type=int, min=0, help="seeds of every variant"),
+    "variants": Field(dict, help="name -> {group, hparams}: hparams override methods.sgps"),
+    "train": Field(list, item_type=str, help="the variants trained (and reported); [] = none"),
+}
+SGPS_VARIANT_SCHEMA = {
+    "group": Field(str, help="the figure or table the variant belongs to (a report heading)"),
+    "hparams": Field(dict, {}, help="overrides of methods.sgps"),
+}
+
+
+def check_ablations(section: Any, p: dict[str, Any]) -> dict[str, Any]:
+    """``figures.sgps_ablations``: stage ``train_sgps_ablation@<variant>-<seed>`` per trained variant and seed (a
+    DVC matrix), ``sgps`` with the variant's overrides; the report groups them (Fig. 5a, 5b, Table V)."""
+    where = "figures.sgps_ablations"
+    entry = check_section(section, SGPS_ABLATIONS_SCHEMA, where)
+    variants = {}
+    for name, body in mapping_or_empty(entry["variants"], f"{where}.variants", "variant").items():
+        variants[name] = check_section(body, SGPS_VARIANT_SCHEMA, f"{where}.variants.{check_name(name, where)}")
+    entry["variants"] = variants
+    check_unique(entry["train"], f"{where}.train")
+    check_unique(entry["seeds"], f"{where}.seeds")
+    for i, name in enumerate(entry["train"]):
+        check_choice(name, list(variants), f"{where}.train[{i}]", "variant of figures.sgps_ablations.variants")
+    if entry["train"]:
+        if not entry["seeds"]:
+            raise ParamsError(f"{where}.seeds: must list at least one seed when variants are trained")
+        check_run_target(entry, p, where)
+        if "sgps" not in p["methods"]:
+            raise ParamsError(f"{where}: needs methods.sgps (every variant overrides it)")
+    return entry
+
+
+def runs(params: dict[str, Any], sections: dict[str, Any]) -> list[Run]:
+    """One run per trained variant and seed: ``sgps`` with the variant's overrides (a nested section of them, e.g.
+    ``sgm``, merged key by key), folder ``sgps_<variant>``."""
+    ablations = sections["sgps_ablations"]
+    return [Run("sgps_ablation", f"train_sgps_ablation@{v}-{s}", ablations["dataset"], ablations["noise"], f"sgps_{v}",
+                s, "sgps", hparams=ablations["variants"][v]["hparams"],
+                point={"variant": v, "group": ablations["variants"][v]["group"]})
+            for v, s in itertools.product(ablations["train"], ablations["seeds"])]
+
+
+#: Final-epoch SGPS diagnostics (the trainer's, from ground truth the method never sees).
+SGPS_DIAGNOSTICS = {
+    "final_diag_purity_bottom_up": "c^B purity", "final_diag_purity_top_down": "c^T purity",
+    "final_diag_pool_true_positive": "noisy (closed-set): a true positive among candidates",
+    "final_diag_pool_nonempty": "noisy (closed-set): any candidate",
+    "final_diag_anchor_true_positive": "anchors: a true positive drawn",
+    "final_diag_positive_precision": "drawn positives of the true class",
+}
+
+
+def diagnostics(per_seed: pd.DataFrame) -> pd.DataFrame:
+    columns = [c for c in SGPS_DIAGNOSTICS if c in per_seed.columns]
+    if not columns:
+        return pd.DataFrame()
+    rows = per_seed.dropna(subset=columns[:1])
+    if rows.empty:
+        return pd.DataFrame()
+    grouped = rows.groupby(["dataset", "noise", "method"], sort=False)
+    table = grouped[columns].mean().rename(columns=SGPS_DIAGNOSTICS)
+    table["seeds"] = grouped.size()
+    return table.reset_index()
+
+
+def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Chains trained on an upstream's cluster labels (``labels.kind: clusters``; SGPS's posterior data clean,
+    stage 2) and the chains trained after them (stage 3), one row per seed: each stage's P@1, and the purity
+    (rows in their cluster's majority true class) and coverage (rows kept) of the exported clusters (measured by
+    the evaluate stage)."""
+    runs = per_seed.set_index(["dataset", "noise", "method", "seed"])
+    rows = []
+    for c in params["chains"].values():
+        if c["labels"]["kind"] != "clusters":
+            continue
+        key = (c["dataset"], c["noise"])
+
+        def value(name: str, column: str = "precision_at_1"):
+            return chain_run_value(runs, c, name, column)
+
+        after = [d for d in params["chains"].values()
+                 if d["upstream"] == c["name"] and (d["dataset"], d["noise"], d["seed"]) == (*key, c["seed"])]
+        rows.append({
+            "dataset": c["dataset"], "noise": c["noise"], "seed": c["seed"],
+            f"stage 1: {c['upstream']} P@1": value(c["upstream"]),
+            "clusters": value(c["name"], "pseudo_label_clusters"), "purity": value(c["name"], "pseudo_label_purity"),
+            "coverage": value(c["name"], "pseudo_label_coverage"),
+            f"stage 2: {c['name']} P@1": value(c["name"]),
+            **{f"stage 3: {d['name']} P@1": value(d["name"]) for d in after},
+        })
+    return pd.DataFrame(rows)
+
+
+def ablation_table(runs: pd.DataFrame, params: dict, ablations: dict, run_of: dict[str, Run],
+                   table5: dict[tuple, tuple[float, float]]) -> pd.DataFrame:
+    """``figures.sgps_ablations``: one row per trained variant, P@1 / MAP@R (mean, sample SD over seeds), its
+    overrides, and Table V's CARS numbers where the variant's (tau, delta, gamma_1, gamma_2) is a row of it."""
+    out = []
+    for variant in ablations["train"]:
+        group = runs[[run_of[name].point["variant"] == variant for name in runs["method"]]]
+        spec = ablations["variants"][variant]
+        hp = {**params["methods"]["sgps"], **spec["hparams"]}
+        paper = table5.get(tuple(float(hp[k]) for k in ("temperature", "margin", "gamma_batch", "gamma_bank")))
+        out.append({
+            "group": spec["group"], "variant": variant,
+            "overrides": ", ".join(f"{k}={v}" for k, v in spec["hparams"].items()) or "(none)",
+            "seeds": len(group),
+            "P@1": group["precision_at_1"].mean(), "P@1 SD": group["precision_at_1"].std(ddof=1),
+            "MAP@R": group["mean_average_precision_at_r"].mean(),
+            "MAP@R SD": group["mean_average_precision_at_r"].std(ddof=1),
+            "paper P@1 (CARS)": paper[0] / 100 if paper and spec["group"].startswith("Table V") else None,
+            "paper MAP@R (CARS)": paper[1] / 100 if paper and spec["group"].startswith("Table V") else None,
+        })
+    return pd.DataFrame(out)
+
+
+def table5(references: pd.DataFrame) -> dict[tuple, tuple[float, float]]:
+    """SGPS Table V (CARS, 50% symmetric noise, SGPS-MCL) from the references: (tau, delta, gamma_1, gamma_2) ->
+    (P@1, MAP@R) in %."""
+    rows = references[(references["paper"] == "SGPS") & (references["table"] == "Table V")]
+    out: dict[tuple, dict[str, float]] = {}
+    for row in rows.itertuples():
+        settings = dict(re.findall(r"(\w+)=([\d.]+)", row.row))
+        key = tuple(float(settings[k]) for k in ("tau", "delta", "gamma1", "gamma2"))
+        out.setdefault(key, {})[row.metric] = float(row.value)
+    return {k: (v["precision_at_1"], v["mean_average_precision_at_r"]) for k, v in out.items()}
+
+
+def table6_hours(references: pd.DataFrame) -> dict[str, tuple[float, ...]]:
+    """SGPS Table VI: whole-training GPU hours on an RTX 3090, CARS at 10% and 50% symmetric noise, per method."""
+    rows = references[(references["paper"] == "SGPS") & (references["table"] == "Table VI")].sort_values("rate")
+    return {method: tuple(group["value"].astype(float)) for method, group in rows.groupby("method", sort=False)}
+
+
+def report(ctx: ReportContext) -> list[str]:
+    params, per_seed, out = ctx.params, ctx.per_seed, ctx.out
+    sgps_diag = diagnostics(per_seed)
+    posterior = posterior_table(params, per_seed)
+    md = ["## SGPS", "",
+          "Subgroups and positives at the final epoch (the trainer's scores from ground truth the method never "
+          "sees; mean over seeds): purity of the subgroup labellings, the share of truly noisy samples whose "
+          "positive candidates hold a sample of their true class (or any sample), and of the rejected samples "
+          "(anchors) and their drawn positives.", "",
+          sgps_diag.round(4).to_markdown(index=False) if not sgps_diag.empty else "(no SGPS run in the grid)", ""]
+    md += ["### Posterior data clean (Sec. IV-E)", "",
+           "Stage 1's c^B (a fresh SGM pass on its final model) as stage 2's labels: purity (rows in their "
+           "cluster's majority true class) and coverage (rows kept: clusters of one row are left out); then each "
+           "stage's P@1, per seed.", "",
+           posterior.round(4).to_markdown(index=False) if not posterior.empty else "(no chain trains on cluster labels)", ""]
+    md += ["SGPS's Tables I-III beside our runs: see \"The papers' tables beside ours\". Its Table I SGPS-MCL "
+           "row is its posterior data clean, so it sits beside `sgps_posterior`; its Table II SGPS-MCL is plain `sgps`.",
+           ""]
+    md += [f"![P@1 and MAP@R over training]({ctx.link('curves_over_training.png')})", ""]
+    ablations = ctx.sections["sgps_ablations"]
+    ablation = ablation_table(ctx.own_runs, params, ablations, ctx.runs, table5(ctx.references))
+    md += ["### SGPS ablations (Fig. 5a, Fig. 5b, Table V)", ""]
+    if ablation.empty:
+        md += ["(opt-in: list variants in `figures.sgps_ablations.train`; see params.yaml)", ""]
+    else:
+        md += [f"sgps variants on {ablations['dataset']} / {ablations['noise']}, P@1 and MAP@R in %, mean and sample "
+               "SD over seeds. The paper (CARS and SOP, 50% symmetric noise) reports for Fig. 5a: both > SGM-B only > "
+               "SGM-T only; Fig. 5b: TransProto > Mean, SoftMax > Max (figures, no numbers); Table V's CARS numbers "
+               "are beside the variants with its settings.", "",
+               (ablation.set_index(["group", "variant", "overrides", "seeds"]) * 100).round(2).reset_index()
+               .to_markdown(index=False), ""]
+    hours = table6_hours(ctx.references)
+    timed = [(r["label"], r["seconds_per_epoch"], hours[r["method"]]) for r in ctx.timing
+             if r["method"] in hours and r.get("centres", True)]
+    if timed:
+        md += ["### Training time beside Table VI", "",
+               "Our seconds per epoch (the `timing` stage) beside the paper's whole-training GPU hours on an RTX 3090 "
+               "(CARS, 10% / 50% symmetric noise): compare the ratios, not the units.", "",
+               pd.DataFrame([{"method": label, "seconds/epoch": round(seconds, 2),
+                              "SGPS paper (CARS 10% / 50%, GPU h)": " / ".join(map(str, paper))}
+                             for label, seconds, paper in timed]).to_markdown(index=False), ""]
+    plot_training_curves(per_seed, out / "curves_over_training.png",
+                         methods=("prism", "sgps", "sgps_supcon", "sgps_posterior"), solid=("sgps",),
+                         title=" (SGPS Fig. 8)", empty="no PRISM or SGPS run in the grid")
+    io.write_with(out / "sgps_posterior.csv", lambda p: posterior.to_csv(p, index=False, float_format="%.6f"))
+    io.write_with(out / "sgps_ablations.csv", lambda p: ablation.to_csv(p, index=False, float_format="%.6f"))
+    return md
+
+
+STUDY = Study(name="sgps", title="SGPS (IEEE TIP 2024)", sections={"sgps_ablations": check_ablations}, runs=runs,
+              report=report)
