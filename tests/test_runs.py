@@ -22,7 +22,8 @@ EVERY_KIND = ["grid.noises=[clean,sym50,sc50,sympc20]", "grid.seeds=[0,1]", "gri
 
 @pytest.fixture(scope="module")
 def resolved(tmp_path_factory):
-    """(params, {stage name: (cmd, outs)}) of dvc.yaml as DVC resolves it with every kind of run on."""
+    """(params, {stage name: (cmd, outs)}, {stage name: deps}) of dvc.yaml as DVC resolves it with every kind of run
+    on."""
     root = tmp_path_factory.mktemp("runs")
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(REPO / name, root / name)
@@ -30,13 +31,14 @@ def resolved(tmp_path_factory):
     Repo.init(root, no_scm=True)
     with Repo(root) as repo:
         stages = {s.name: (s.cmd, [str(o.def_path) for o in s.outs]) for s in repo.index.stages}
+        deps = {s.name: [str(d.def_path) for d in s.deps] for s in repo.index.stages}
     from noisydml.pipeline.check import check_all
 
-    return check_all(load_params(root / "params.yaml")), stages
+    return check_all(load_params(root / "params.yaml")), stages, deps
 
 
 def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
-    params, stages = resolved
+    params, stages, _ = resolved
     runs = runs_of(params)
     assert {r.kind for r in runs} == {"grid", "chain", "embedding_size", "bspml_cell", "sgps_ablation"}
     for run in runs:
@@ -48,7 +50,7 @@ def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
 
 
 def test_a_runs_overrides_are_the_only_difference_from_params(resolved):
-    params, _ = resolved
+    params, _, _ = resolved
     cell = next(r for r in runs_of(params) if r.kind == "bspml_cell" and r.point == {"lambda": 3.0, "mu": 20})
     trained = cell.params(params)
     assert trained["methods"]["bspml"] == {**params["methods"]["bspml"], "lambda_0": 3.0, "lambda_inf": 3.0,
@@ -61,3 +63,21 @@ def test_a_runs_overrides_are_the_only_difference_from_params(resolved):
     chain = next(r for r in runs_of(params) if r.stage == "train_chain@sgps_posterior_stage2")
     assert chain.params(params)["train"]["model_selection"] == "best_validation"
     assert chain.params(params)["methods"]["prism"]["noise_rate"] == 0.2
+
+
+def _reached_by(stage_deps: dict[str, list[str]], path: str) -> set[str]:
+    """The kinds of stage a change of ``path`` makes stale: those with it, or a folder holding it, among their deps."""
+    return {name.split("@")[0] for name, deps in stage_deps.items()
+            if any(path == d or path.startswith(d + "/") for d in deps)}
+
+
+@pytest.mark.parametrize("study, own_kinds", [("bspml", {"train_embedding_size", "train_bspml_cell", "bspml_maps"}),
+                                               ("sgps", {"train_sgps_ablation"}), ("prism", set()),
+                                               ("smooth_proxy_anchor", set())])
+def test_a_study_reaches_its_own_runs_evaluate_and_report_only(resolved, study, own_kinds):
+    """Editing a study's module re-runs its own stages, evaluate and report; never a grid or chained run. Adding a
+    study (a new file in the studies folder) reaches the stages with the folder among their deps: evaluate, report."""
+    _, _, deps = resolved
+    assert _reached_by(deps, f"src/noisydml/studies/{study}.py") == own_kinds | {"evaluate", "report"}
+    assert _reached_by(deps, "src/noisydml/studies/a_new_paper.py") == {"evaluate", "report"}
+    assert _reached_by(deps, "src/noisydml/reporting/tables.py") == {"report"}
