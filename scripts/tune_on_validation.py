@@ -60,8 +60,7 @@ def main() -> None:
         parser.error(f"--chains: {missing} not in params.yaml's chains ({', '.join(raw['chains'])})")
     raw["grid"]["seeds"] = list(args.seeds)
     raw["grid"]["noises"] = [args.noise]
-    raw["chains"] = {f"{key}_seed{seed}": {**raw["chains"][key], "noise": args.noise, "seed": seed}
-                     for key in args.chains for seed in args.seeds}
+    raw["chains"] = {key: {**raw["chains"][key], "noise": args.noise, "seeds": "grid"} for key in args.chains}
     raw["timing"]["entries"] = {}
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{args.workdir.resolve() / 'mlflow.db'}")
@@ -71,7 +70,8 @@ def main() -> None:
     from noisydml.pipeline.layout import Layout
     from noisydml.pipeline.prepare import prepare
     from noisydml.pipeline.pretrain import pretrain
-    from noisydml.pipeline.train import train, train_chain
+    from noisydml.pipeline.train import train
+    from noisydml.runs import runs_of
 
     base = validate_all(raw)
     dataset = base["grid"]["datasets"][0]
@@ -99,21 +99,19 @@ def main() -> None:
             link = root / "data" / part
             if not link.exists() and (shared.root / "data" / part).exists():
                 link.symlink_to((shared.root / "data" / part).resolve())
-        for method in params["grid"]["methods"]:
-            for seed in args.seeds:
-                run = layout.run(dataset, args.noise, method, seed)
-                if not (run / "history.csv").exists():
-                    train(params, dataset, args.noise, method, seed, layout)
-                last = pd.read_csv(run / "history.csv").iloc[-1]
-                rows.append({"candidate": candidate, "method": method, "seed": seed,
-                             "val_p_at_1": last["val_precision_at_1"], "test_p_at_1 (not used)": last["test_precision_at_1"]})
-        for key, chain in params["chains"].items():
-            run = layout.run(dataset, args.noise, chain["name"], chain["seed"])
-            if not (run / "history.csv").exists():
-                train_chain(params, key, layout)
-            last = pd.read_csv(run / "history.csv").iloc[-1]
-            rows.append({"candidate": candidate, "method": chain["name"], "seed": chain["seed"],
-                         "val_p_at_1": last["val_precision_at_1"], "test_p_at_1 (not used)": last["test_precision_at_1"]})
+        pending = runs_of(params)  # the grid's runs, then the chains' (a chain after its upstream)
+        while pending:
+            ready = [r for r in pending if r.chain is None or not any(
+                (u.dataset, u.noise, u.name, u.seed) == (r.dataset, r.noise, r.chain["upstream"], r.seed) for u in pending)]
+            for run in ready:
+                folder = layout.root / run.folder
+                if not (folder / "history.csv").exists():
+                    train(params, run, layout)
+                last = pd.read_csv(folder / "history.csv").iloc[-1]
+                rows.append({"candidate": candidate, "method": run.name, "seed": run.seed,
+                             "val_p_at_1": last["val_precision_at_1"],
+                             "test_p_at_1 (not used)": last["test_precision_at_1"]})
+            pending = [r for r in pending if r not in ready]
     table = pd.DataFrame(rows)
     if args.score:
         table = table[table["method"].isin(args.score)]

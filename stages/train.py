@@ -1,8 +1,9 @@
-"""DVC stage: train one run.
+"""DVC stage: train a run, or a chained run's seeds.
 
 --run-folder runs/<dataset>/<noise>/<name>/seed<k>
-    a run of params.yaml named by its folder (the stage's output): a grid run (name = the method) or a chained
-    run (chains.<key>.name)
+    a grid run of params.yaml named by its folder (the stage's output; name = the method)
+--run-folder runs/<dataset>/<noise>/<name>
+    a chained run (chains.<key>.name): each of its seeds, one after another
 --study NAME --run-folder ...
     one of study NAME's own runs (noisydml.studies: BSPML's embedding sizes and cells, SGPS's ablations)
 

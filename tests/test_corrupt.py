@@ -242,7 +242,7 @@ class _NoTracking:
 def test_train_stage_with_validation_writes_embeddings_of_every_training_sample(tmp_path, raw_params, monkeypatch):
     import noisydml.pipeline.train
     from noisydml.pipeline.train import train
-    from noisydml.runs import find_run
+    from noisydml.runs import find_runs, runs_of
 
     monkeypatch.setattr(noisydml.pipeline.train, "MlflowTracker", _NoTracking)
     layout = Layout(tmp_path)
@@ -252,10 +252,65 @@ def test_train_stage_with_validation_writes_embeddings_of_every_training_sample(
                         model_selection="best_validation")
     params = _params(raw)
     corrupt(params, "toy", "clean", layout)
-    out = train(params, find_run(params, "runs/toy/clean/ms/seed0"), layout)
+    out = train(params, *find_runs(runs_of(params), "runs/toy/clean/ms/seed0", "params"), layout)
     info = io.read_json(out / "run.json")
     history = pd.read_csv(out / "history.csv")
     assert info["selected_epoch"] == 1 + int(history["val_precision_at_1"].to_numpy().argmax())
     emb = np.load(out / TRAIN_EMBEDDINGS)
     assert emb["embeddings"].shape == (48, 8) and np.array_equal(emb["sample_ids"], np.arange(48))
     assert np.allclose(np.linalg.norm(emb["embeddings"], axis=1), 1.0, atol=1e-5)  # held-out rows filled too
+
+
+def test_a_chain_trains_every_grid_seed_in_one_stage_and_a_kill_in_its_second_seed_keeps_the_first(
+        tmp_path, raw_params, monkeypatch, capsys):
+    """``seeds: grid``: the chain's stage (``--run-folder runs/<d>/<n>/<name>``) trains seed 0 then seed 1. Killed
+    in seed 1, the stage run again (its output emptied first, as DVC does) re-writes seed 0 from its kept final
+    checkpoint without training it, and both seeds come out byte for byte as in an uninterrupted stage."""
+    import argparse
+    import shutil
+
+    import noisydml.pipeline.train as stage
+
+    monkeypatch.setattr(stage, "MlflowTracker", _NoTracking)
+    monkeypatch.chdir(tmp_path)  # the stage's layout is the working directory, as under DVC
+    layout = Layout()
+    _prepare(layout, side=16)
+    raw = copy.deepcopy(raw_params)
+    raw["train"].update(epochs=2, eval_every=1, backbone_width=4, embedding_dim=8)
+    raw["grid"].update(methods=["prism"], seeds=[0, 1])
+    params = _params(raw)
+    params["chains"] = {"after": {"name": "ms_after", "dataset": "toy", "noise": "clean", "seeds": [0, 1],
+                                  "method": "ms", "upstream": "prism", "init": {"model": True, "method": False},
+                                  "labels": {"label": "", "keep": "keep", "kind": "label_ids"}, "inputs": [],
+                                  "hparams": {}, "train": {}}}
+    corrupt(params, "toy", "clean", layout)
+    for seed in (0, 1):
+        stage.run_from_arguments(params, argparse.Namespace(run_folder=f"runs/toy/clean/prism/seed{seed}", study=None))
+    chain = argparse.Namespace(run_folder="runs/toy/clean/ms_after", study=None)
+    folder = tmp_path / "runs/toy/clean/ms_after"
+    files = ("model.pt", "test_embeddings.npz", "train_embeddings.npz", "history.csv", "run.json")
+
+    outs = stage.run_from_arguments(params, chain)
+    assert [str(o) for o in outs] == ["runs/toy/clean/ms_after/seed0", "runs/toy/clean/ms_after/seed1"]
+    whole = {(seed, name): (folder / f"seed{seed}" / name).read_bytes() for seed in (0, 1) for name in files}
+    assert not list((tmp_path / ".checkpoints").rglob("*.pt"))  # all removed once the stage is done
+
+    shutil.rmtree(folder)
+    trained, real_train = [], stage.train
+
+    def killed_in_seed1(params, run, layout, **kwargs):
+        if run.seed == 1:
+            raise KeyboardInterrupt
+        trained.append(run.seed)
+        return real_train(params, run, layout, **kwargs)
+
+    monkeypatch.setattr(stage, "train", killed_in_seed1)
+    with pytest.raises(KeyboardInterrupt):
+        stage.run_from_arguments(params, chain)
+    monkeypatch.setattr(stage, "train", real_train)
+    assert (tmp_path / ".checkpoints/toy/clean/ms_after/seed0/last.pt").is_file()  # kept: seed 1 was not written
+    shutil.rmtree(folder)  # DVC empties the stage's output before running it again
+    capsys.readouterr()
+    stage.run_from_arguments(params, chain)
+    assert "ms_after/seed0/last.pt after epoch 2 of 2" in capsys.readouterr().out  # seed 0: nothing left to train
+    assert {(seed, name): (folder / f"seed{seed}" / name).read_bytes() for seed in (0, 1) for name in files} == whole

@@ -82,13 +82,21 @@ def _one_process(tmp_path: Path, method: str) -> dict:
                             runtime=RUNTIME).fit())
 
 
+@pytest.fixture(scope="module")
+def prism_on_two_processes(tmp_path_factory):
+    """The uninterrupted two-process prism run, shared by the comparison with one process and the resume test."""
+    folder = tmp_path_factory.mktemp("whole")
+    return _two_processes(folder, "prism", folder / "whole.pt")
+
+
 @pytest.mark.parametrize("method", ["prism", "proxy_anchor"])
-def test_two_processes_follow_the_one_process_run(tmp_path, method):
+def test_two_processes_follow_the_one_process_run(tmp_path, method, request):
     """prism: the class-centre memory and XBM filled from the gathered batch; proxy_anchor: proxies (a method's
     own parameters, averaged over ranks). Same losses to tolerance; every buffer and parameter identical across
     ranks, bit for bit."""
     one = _one_process(tmp_path, method)
-    rank0, rank1 = _two_processes(tmp_path, method, tmp_path / f"{method}-two.pt")
+    rank0, rank1 = (request.getfixturevalue("prism_on_two_processes") if method == "prism"
+                    else _two_processes(tmp_path, method, tmp_path / f"{method}-two.pt"))
     np.testing.assert_allclose([h["loss"] for h in rank0["history"]], [h["loss"] for h in one["history"]],
                                rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose([h["test_precision_at_1"] for h in rank0["history"]],
@@ -112,10 +120,9 @@ def test_two_processes_follow_the_one_process_run(tmp_path, method):
         assert int((rank0["method"]["memory.labels"] >= 0).sum()) > 0
 
 
-def test_two_processes_resume_after_a_kill(tmp_path):
+def test_two_processes_resume_after_a_kill(tmp_path, prism_on_two_processes):
     checkpoint = tmp_path / "prism.pt"
-    (tmp_path / "whole").mkdir()
-    whole = _two_processes(tmp_path / "whole", "prism", tmp_path / "whole.pt")
+    whole = prism_on_two_processes
     stopped = _two_processes(tmp_path, "prism", checkpoint, stop=1)
     assert stopped == [{"stopped": True}, {"stopped": True}] and checkpoint.is_file()
     resumed = _two_processes(tmp_path, "prism", checkpoint)

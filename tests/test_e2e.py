@@ -10,7 +10,9 @@ of its work. The module pays for one `dvc repro` of a grid that has one stage
 of every kind (download, prepare, pretrain, corrupt, corrupt_from_run, train,
 train_on_run_noise, train_chain, train_embedding_size, train_bspml_cell,
 timing, evaluate, report) and shares it between its tests; a test that re-runs
-stages re-runs only those its check needs.
+stages re-runs only those its check needs. A chain killed and resumed through
+DVC, and `dvc exp run -S train.optimizer.lr=3e-05`, are checked on
+test_e2e_sgps.py's repository, which runs beside this one on the other worker.
 """
 
 import json
@@ -56,7 +58,7 @@ def repo(tmp_path_factory):
     # model selection on held-out training classes, with the (opt-in) timing stage on
     raw["train"].update(validation_classes=2, model_selection="best_validation", batch={"classes": 2, "per_class": 2})
     raw["methods"]["prism"].update(warmup_steps=0, memory_warmup_steps=0)  # selection from the first step
-    raw["chains"] = {"ms_on_prism_kept": {"name": "ms_on_prism_kept", "dataset": "glyphs", "noise": "sym50", "seed": 0,
+    raw["chains"] = {"ms_on_prism_kept": {"name": "ms_on_prism_kept", "dataset": "glyphs", "noise": "sym50", "seeds": "grid",
                                           "method": "ms", "upstream": "prism", "init": {"model": True, "method": False},
                                           "labels": {"label": "", "keep": "keep"}, "inputs": []}}
     # the timing stages train on sc25's labels: changing sym50's rate (a test below) leaves them alone
@@ -326,51 +328,3 @@ def test_noise_clustered_on_a_run_is_a_dvc_edge_and_is_remade_when_the_run_chang
         params_path.write_text(saved)
     _run([sys.executable, "-m", "dvc", "repro"], root, env)  # back to the fixture's state (restored from cache)
     assert _changed_stages(root, env) == []
-
-
-def _lock(root):
-    return yaml.safe_load((root / "dvc.lock").read_text())["stages"]
-
-
-def test_chained_run_is_a_dvc_edge_reruns_with_its_upstream_and_resumes_bit_exactly(repo):
-    root, env, _ = repo
-    dot = _run([sys.executable, "-m", "dvc", "dag", "--dot", "train_chain@ms_on_prism_kept"], root, env)
-    assert '"train@glyphs-sym50-prism-0" -> "train_chain@ms_on_prism_kept"' in dot
-    run = root / "runs" / "glyphs" / "sym50" / "ms_on_prism_kept" / "seed0"
-    info = json.loads((run / "run.json").read_text())
-    assert info["upstream"]["run"] == "runs/glyphs/sym50/prism/seed0" and info["trained_samples"] < 36
-    before = _lock(root)["train_chain@ms_on_prism_kept"]["outs"][0]["md5"]
-    # killed after its first epoch, then resumed by `dvc repro`: the same outputs, bit for bit. The chain's own
-    # train.epochs (2) re-runs only the chain, not the grid.
-    kill_env = {**env, "NOISYDML_STOP_AFTER_EPOCH": "1"}
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["chains"]["ms_on_prism_kept"]["train"] = {"epochs": 2}
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = _run([sys.executable, "-m", "dvc", "repro", "train_chain@ms_on_prism_kept"], root, env)  # uninterrupted
-    assert [line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")] == [
-        "train_chain@ms_on_prism_kept"]
-    whole = _lock(root)["train_chain@ms_on_prism_kept"]["outs"][0]["md5"]
-    assert whole != before
-    killed = subprocess.run([sys.executable, "-m", "dvc", "repro", "-f", "-s", "train_chain@ms_on_prism_kept"],
-                            cwd=root, env=kill_env, capture_output=True, text=True, timeout=600)
-    assert killed.returncode != 0 and "stopped after epoch 1" in killed.stdout + killed.stderr
-    out = _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", "train_chain@ms_on_prism_kept"], root, env)
-    assert "resuming from" in out and "after epoch 1 of 2" in out
-    assert _lock(root)["train_chain@ms_on_prism_kept"]["outs"][0]["md5"] == whole
-    # a retrained upstream re-trains the chain
-    params["methods"]["prism"]["noise_rate"] = 0.3
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = _run([sys.executable, "-m", "dvc", "repro", "train_chain@ms_on_prism_kept"], root, env)
-    assert "Running stage 'train@glyphs-sym50-prism-0'" in out and "Running stage 'train_chain@ms_on_prism_kept'" in out
-
-
-def test_a_learning_rate_dvc_writes_as_3e_05_trains(repo):
-    """``-S train.optimizer.lr=3e-05`` through the real ``dvc exp run``: DVC writes ``3e-05``, which the stages read
-    as a float (YAML 1.2), and the run trains. Last in the module: it leaves every other train stage stale."""
-    root, env, _ = repo
-    out = _run([sys.executable, "-m", "dvc", "exp", "run", "-S", "train.optimizer.lr=3e-05", "train@glyphs-clean-ms-0"],
-               root, env)
-    assert "Running stage 'train@glyphs-clean-ms-0'" in out, out
-    assert "lr: 3e-05" in (root / "params.yaml").read_text()
-    lock_lr = _lock(root)["train@glyphs-clean-ms-0"]["params"]["params.yaml"]["train"]["optimizer"]["lr"]
-    assert float(lock_lr) == 3e-05  # (PyYAML, reading the lock here, gives the str)

@@ -199,7 +199,7 @@ def test_a_files_dataset_with_a_query_gallery_split_trains_and_evaluates_end_to_
     from noisydml.pipeline.layout import Layout
     from noisydml.pipeline.prepare import prepare
     from noisydml.pipeline.train import train
-    from noisydml.runs import find_run
+    from noisydml.runs import find_runs, runs_of
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     classes = tuple(range(1, 9))
@@ -219,7 +219,7 @@ def test_a_files_dataset_with_a_query_gallery_split_trains_and_evaluates_end_to_
     info = prepare(params, "shop", layout)
     assert (info["num_train_samples"], info["num_query_samples"], info["num_gallery_samples"]) == (24, 8, 16)
     corrupt(params, "shop", "sym50", layout)
-    run = train(params, find_run(params, "runs/shop/sym50/ms/seed0"), layout)
+    run = train(params, *find_runs(runs_of(params), "runs/shop/sym50/ms/seed0", "params"), layout)
     saved = np.load(run / "test_embeddings.npz")
     assert saved["query_mask"].sum() == 8 and len(saved["labels"]) == 24
     result = evaluate_run(params, "shop", "sym50", "ms", 0, layout)

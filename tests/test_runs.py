@@ -44,9 +44,33 @@ def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
     for run in runs:
         assert run.stage in stages, run.stage
         cmd, outs = stages[run.stage]
-        assert outs == [run.folder] and cmd.split("--run-folder ")[1].strip() == run.folder, (run.stage, cmd, outs)
+        # a grid or study run: its seed folder; a chained run: the chain's folder holding each of its seeds
+        folder = run.folder if run.kind != "chain" else run.folder.rsplit("/", 1)[0]
+        assert outs == [folder] and cmd.split("--run-folder ")[1].split()[0] == folder, (run.stage, cmd, outs)
     trained_by_dvc = {name for name, (cmd, _) in stages.items() if "stages/train.py" in cmd}
     assert trained_by_dvc == {r.stage for r in runs}
+    # a chain trains at every grid seed unless it names its seeds, in one stage
+    chained = [r for r in runs if r.stage == "train_chain@sgps_posterior"]
+    assert [r.seed for r in chained] == [0, 1] and {r.folder for r in chained} == {
+        "runs/glyphs/sym50/sgps_posterior/seed0", "runs/glyphs/sym50/sgps_posterior/seed1"}
+
+
+def test_a_chains_upstream_folder_is_a_dvc_edge_to_every_seed_of_it(resolved, tmp_path):
+    """The chain stage depends on runs/<dataset>/<noise>/<upstream>/: DVC links it to each seed's stage of a grid
+    upstream (the folder holds their outputs) and to a chained upstream's stage."""
+    root = tmp_path
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(REPO / name, root / name)
+    apply_overrides(root / "params.yaml", ["grid.seeds=[0,1]"])
+    Repo.init(root, no_scm=True)
+    with Repo(root) as repo:
+        graph = repo.index.graph
+        by_name = {s.name: s for s in repo.index.stages}
+        upstreams = {name: sorted(s.name for s in graph.successors(by_name[name]))
+                     for name in ("train_chain@ms_on_prism_kept", "train_chain@sgps_posterior")}
+    assert "train@glyphs-sym50-prism-0" in upstreams["train_chain@ms_on_prism_kept"]
+    assert "train@glyphs-sym50-prism-1" in upstreams["train_chain@ms_on_prism_kept"]
+    assert "train_chain@sgps_posterior_stage2" in upstreams["train_chain@sgps_posterior"]
 
 
 def test_a_runs_overrides_are_the_only_difference_from_params(resolved):

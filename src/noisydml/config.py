@@ -127,12 +127,13 @@ NOISE_RUN_RUN_SCHEMA = {
     "method": Field(str, help="a method of grid.methods"),
     "seed": Field(int, min=0, help="a seed of grid.seeds"),
 }
-#: A chained run: trained after, and from, another run (its upstream) of the same dataset, noise and seed.
+#: A chained run: trained after, and from, another run (its upstream) of the same dataset, noise and seed, for
+#: every seed of the grid unless it names its seeds.
 CHAIN_SCHEMA = {
     "name": Field(str, help="the run's name: runs/<dataset>/<noise>/<name>/seed<k>, its row in the report"),
     "dataset": Field(str, help="a dataset of grid.datasets"),
     "noise": Field(str, help="a noise setting of grid.noises"),
-    "seed": Field(int, min=0, help="a seed of grid.seeds"),
+    "seeds": Field((str, list), help="'grid' (every seed of grid.seeds) or a list of seeds of grid.seeds"),
     "method": Field(str, help="the method this run trains (its hyper-parameters: methods.<method>)"),
     "upstream": Field(str, help="the run it takes from: a method of grid.methods or another chain's name, "
                                 "at the same dataset, noise and seed"),
@@ -239,10 +240,11 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
         check_name(c["name"], f"{where}.name")
         hint = (" (a chained run needs its upstream in the grid; or drop every chain: -S '~chains' -S '+chains={}', "
                 "one: -S '~chains.<key>')")
-        for field, values in (("dataset", grid["datasets"]), ("noise", noises_of(grid)), ("seed", grid["seeds"])):
+        for field, values in (("dataset", grid["datasets"]), ("noise", noises_of(grid))):
             if c[field] not in values:
                 raise ParamsError(f"{where}.{field}: {c[field]!r} is not in grid.{field}s"
                                   f"{' or grid.run_noises' if field == 'noise' else ''} ({values}){hint}")
+        c["seeds"] = _chain_seeds(c["seeds"], grid["seeds"], f"{where}.seeds", hint)
         check_choice(c["method"], list(p["methods"]), f"{where}.method", "method")
         if c["name"] in p["methods"]:
             raise ParamsError(f"{where}.name: {c['name']!r} is a method's name; a chained run needs its own name")
@@ -250,25 +252,44 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
                 or c["inputs"]):
             raise ParamsError(f"{where}: takes nothing from its upstream {c['upstream']!r}; set init, labels or inputs")
         chains[key] = c
-    runs = {(c["dataset"], c["noise"], c["name"], c["seed"]): key for key, c in chains.items()}
-    if len(runs) != len(chains):
-        raise ParamsError("chains: two entries have the same dataset, noise, name and seed (the same run folder)")
+    # one stage per chain writes runs/<dataset>/<noise>/<name>/ (a folder of its seeds): names are unique per setting
+    folders = {(c["dataset"], c["noise"], c["name"]): key for key, c in chains.items()}
+    if len(folders) != len(chains):
+        raise ParamsError("chains: two entries have the same dataset, noise and name (the same run folder); "
+                          "give one another name")
     for key, c in chains.items():
         where = f"chains.{key}.upstream"
-        up = (c["dataset"], c["noise"], c["upstream"], c["seed"])
-        if c["upstream"] not in grid["methods"] and up not in runs:
+        up = folders.get((c["dataset"], c["noise"], c["upstream"]))
+        if c["upstream"] not in grid["methods"] and up is None:
             raise ParamsError(
                 f"{where}: {c['upstream']!r} is neither a method of grid.methods ({', '.join(grid['methods'])}) "
-                f"nor a chained run of {c['dataset']}/{c['noise']}/seed {c['seed']} (a chained run needs its "
-                "upstream in the grid; or drop every chain: -S '~chains' -S '+chains={}', one: -S '~chains.<key>')")
+                f"nor a chained run of {c['dataset']}/{c['noise']} (a chained run needs its upstream in the grid; "
+                "or drop every chain: -S '~chains' -S '+chains={}', one: -S '~chains.<key>')")
+        if up is not None and not set(c["seeds"]) <= set(chains[up]["seeds"]):
+            raise ParamsError(f"{where}: the chained run {c['upstream']!r} trains seeds {chains[up]['seeds']}, "
+                              f"not every seed of {key!r} ({c['seeds']})")
         seen, cur = {key}, up
-        while cur in runs:  # no cycles: follow upstreams until a grid run
-            nxt = runs[cur]
-            if nxt in seen:
+        while cur is not None:  # no cycles: follow upstreams until a grid run
+            if cur in seen:
                 raise ParamsError(f"{where}: the chain {key!r} leads back to itself")
-            seen.add(nxt)
-            cur = (chains[nxt]["dataset"], chains[nxt]["noise"], chains[nxt]["upstream"], chains[nxt]["seed"])
+            seen.add(cur)
+            cur = folders.get((chains[cur]["dataset"], chains[cur]["noise"], chains[cur]["upstream"]))
     return chains
+
+
+def _chain_seeds(seeds: Any, grid_seeds: list[int], where: str, hint: str) -> list[int]:
+    """A chain's ``seeds``: ``grid`` -> every seed of grid.seeds; a list -> those seeds (each in grid.seeds)."""
+    if seeds == "grid":
+        return list(grid_seeds)
+    if isinstance(seeds, str) or not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise ParamsError(f"{where}: {seeds!r} is not allowed; allowed values: grid (every seed of grid.seeds) or a "
+                          f"non-empty list of seeds of grid.seeds ({grid_seeds})")
+    missing = [s for s in seeds if s not in grid_seeds]
+    if missing:
+        raise ParamsError(f"{where}: {missing} not in grid.seeds ({grid_seeds}){hint}")
+    if len(set(seeds)) != len(seeds):
+        raise ParamsError(f"{where}: {seeds} names a seed twice")
+    return list(seeds)
 
 
 def clusters_a_run(noise_setting: Mapping) -> bool:

@@ -7,7 +7,7 @@ stage that trains it, and the overrides it trains with. The train stage, the eva
 runs from here; nothing decodes a folder name back into settings.
 
 Kinds of run here: the grid (datasets x noises x methods x seeds) and chained runs (``chains``: trained from
-another run). A study (:mod:`noisydml.studies`) returns its own runs as the same values (e.g. ``embedding_size``
+another run, at every seed of the grid unless the chain names its seeds). A study (:mod:`noisydml.studies`) returns its own runs as the same values (e.g. ``embedding_size``
 points, ``bspml_cell`` cells, ``sgps_ablation`` variants). Light: no torch; it reads validated params only.
 """
 
@@ -36,7 +36,8 @@ class Run:
     hparams: dict[str, Any] = field(default_factory=dict)
     #: Overrides of ``train`` for this run only.
     train: dict[str, Any] = field(default_factory=dict)
-    #: A chained run's entry of ``chains`` (upstream, init, labels, inputs); None for every other kind.
+    #: A chained run's entry of ``chains`` (upstream, init, labels, inputs), with its ``key`` and this run's
+    #: ``seed``; None for every other kind.
     chain: dict[str, Any] | None = None
     #: Where the run sits in its figure or table: ``embedding_dim``; ``lambda`` and ``mu``; ``variant`` and
     #: ``group`` (the report reads these, never the folder name).
@@ -79,10 +80,15 @@ def runs_of(params: Mapping[str, Any]) -> list[Run]:
     runs = [Run("grid", f"{'train' if n in grid['noises'] else 'train_on_run_noise'}@{run_name(d, n, m, s)}",
                 d, n, m, s, m)
             for d, n, m, s in itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
-    runs += [Run("chain", f"train_chain@{key}", c["dataset"], c["noise"], c["name"], c["seed"], c["method"],
-                 hparams=c["hparams"], train=c["train"], chain=c)
-             for key, c in params["chains"].items()]
-    return runs
+    return runs + chain_runs(params)
+
+
+def chain_runs(params: Mapping[str, Any]) -> list[Run]:
+    """The chained runs: each entry of ``chains`` at each of its seeds (every grid seed unless it names seeds).
+    One DVC stage, ``train_chain@<key>``, trains an entry's seeds into ``runs/<dataset>/<noise>/<name>/``."""
+    return [Run("chain", f"train_chain@{key}", c["dataset"], c["noise"], c["name"], seed, c["method"],
+                hparams=c["hparams"], train=c["train"], chain={**c, "key": key, "seed": seed})
+            for key, c in params["chains"].items() for seed in c["seeds"]]
 
 
 def check_unique_folders(runs: list[Run]) -> None:
@@ -95,13 +101,14 @@ def check_unique_folders(runs: list[Run]) -> None:
         seen[run.folder] = run
 
 
-def find_run(params: Mapping[str, Any], folder: str) -> Run:
-    """The run of params whose folder is ``folder`` (the train stage's ``--run-folder``)."""
-    runs = runs_of(params)
-    wanted = str(PurePosixPath(folder))
-    for run in runs:
-        if run.folder == wanted:
-            return run
-    near = [r.folder for r in runs if r.dataset in wanted and r.noise in wanted][:5]
-    raise ParamsError(f"--run-folder {folder!r} is not a run of params.yaml ({len(runs)} runs"
-                      + (f"; e.g. {', '.join(near)}" if near else "") + ")")
+def find_runs(runs: list[Run], folder: str, where: str) -> list[Run]:
+    """The runs of ``runs`` (``where`` names them in the error) whose folder is ``folder`` or inside it: a seed
+    folder is one run; a chained run's folder ``runs/<dataset>/<noise>/<name>`` is its seeds (the train stage's
+    ``--run-folder``)."""
+    wanted = PurePosixPath(folder)
+    found = [run for run in runs if wanted == PurePosixPath(run.folder) or wanted in PurePosixPath(run.folder).parents]
+    if not found:
+        near = [r.folder for r in runs if r.dataset in str(wanted) and r.noise in str(wanted)][:5]
+        raise ParamsError(f"--run-folder {folder!r} is not a run of {where} ({len(runs)} runs"
+                          + (f"; e.g. {', '.join(near)}" if near else "") + ")")
+    return found

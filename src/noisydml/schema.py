@@ -3,15 +3,23 @@
 A leaf module (no noisydml imports): registries (dataset kinds, noise kinds,
 methods, backbones) and :mod:`noisydml.config` all declare their sections with
 it, so none of them needs to import another to be validated.
+
+The validation itself is pydantic v2's (strict mode: a YAML string is never a number, ``true`` never an
+int; no NaN or infinity): each declared section becomes a pydantic model (:func:`section_model`), which also
+gives the JSON Schema of params.yaml (``scripts/params_schema.py``). Pydantic's errors are re-worded here so
+every message names the key, the value and what is allowed.
 """
 
 from __future__ import annotations
 
-import copy
-import math
+import functools
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence, Union
+
+import annotated_types
+import pydantic
+from pydantic import ConfigDict, ValidationError
 
 _REQUIRED = object()
 #: Names used in DVC stage names: no separators DVC or paths would split on.
@@ -46,56 +54,123 @@ def _type_name(t: type | tuple[type, ...]) -> str:
     return t.__name__
 
 
-def _check_value(value: Any, field: Field, where: str) -> Any:
-    expected = field.type
-    # YAML writes 1 for 1.0: accept ints where floats are expected.
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    # bool is an int subclass: a YAML true must not pass where a number is expected.
-    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
-        raise ParamsError(f"{where}: expected {_type_name(expected)}, got {value!r}")
-    if not isinstance(value, expected):
-        raise ParamsError(
-            f"{where}: expected {_type_name(expected)}, got {value!r} ({type(value).__name__})"
-        )
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ParamsError(f"{where}: must be a finite number, got {value!r}")
-    if field.choices is not None and value not in field.choices:
-        raise ParamsError(
-            f"{where}: {value!r} is not allowed; allowed values: {', '.join(map(str, field.choices))}"
-        )
+def _annotation(field: Field) -> Any:
+    """The pydantic annotation of a declared field: its type(s), choices, bounds (of the value, or of every item
+    of a list)."""
+    bounds = [c for c in (None if field.min is None else annotated_types.Ge(field.min),
+                          None if field.max is None else annotated_types.Le(field.max)) if c is not None]
+    if field.choices is not None:
+        return Literal[tuple(field.choices)]
     if field.item_type is not None:
-        for i, item in enumerate(value):
-            _check_value(item, Field(field.item_type, min=field.min, max=field.max), f"{where}[{i}]")
-        return value
-    if field.min is not None and value < field.min:
-        raise ParamsError(f"{where}: {value!r} is below the minimum {field.min}")
-    if field.max is not None and value > field.max:
-        raise ParamsError(f"{where}: {value!r} is above the maximum {field.max}")
-    return value
+        item = field.item_type if not isinstance(field.item_type, tuple) else Union[field.item_type]
+        return list[Annotated[item, *bounds]] if bounds else list[item]
+    kind = field.type if not isinstance(field.type, tuple) else Union[field.type]
+    return Annotated[kind, *bounds] if bounds else kind
+
+
+def _model_key(schema: Mapping[str, Field]) -> tuple:
+    return tuple((key, repr(field)) for key, field in schema.items())
+
+
+_MODELS: dict[tuple, type[pydantic.BaseModel]] = {}
+
+
+def section_model(schema: Mapping[str, Field], allow_extra: bool = False,
+                  title: str = "section") -> type[pydantic.BaseModel]:
+    """The pydantic model of a declared section (cached per declaration). Keys are aliases of positional field
+    names, so no params key can clash with pydantic's own attributes; ``help`` becomes each key's description."""
+    key = (_model_key(schema), allow_extra, title)
+    if key not in _MODELS:
+        fields = {}
+        for number, (name, field) in enumerate(schema.items()):
+            default = ... if field.required else field.default
+            fields[f"f{number}"] = (_annotation(field), pydantic.Field(
+                default, alias=name, description=field.help or None, validate_default=False))
+        config = ConfigDict(strict=True, allow_inf_nan=False, extra="allow" if allow_extra else "forbid",
+                            title=title, populate_by_name=False)
+        _MODELS[key] = pydantic.create_model(f"Section{len(_MODELS)}", __config__=config, **fields)
+    return _MODELS[key]
+
+
+def _path(where: str, loc: tuple) -> str:
+    return where + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc if part != "")
+
+
+def _message(error: Mapping[str, Any], schema: Mapping[str, Field], where: str) -> str:
+    """One pydantic error as our message: ``<key path>: <value> ...; allowed ...``."""
+    loc, value, kind, ctx = error["loc"], error.get("input"), error["type"], error.get("ctx", {})
+    field, path = (schema.get(loc[0]) if loc else None), _path(where, loc)
+    if kind == "missing":
+        return f"{where}: missing required key {loc[0]!r}" + (f" ({field.help})" if field and field.help else "")
+    if kind == "extra_forbidden":
+        return f"{where}: unknown key {loc[0]!r}; allowed keys: {', '.join(sorted(schema)) or '(none)'}"
+    if kind == "greater_than_equal":  # the bound as declared (pydantic's ctx has it converted)
+        return f"{path}: {value!r} is below the minimum {field.min if field else ctx['ge']}"
+    if kind == "less_than_equal":
+        return f"{path}: {value!r} is above the maximum {field.max if field else ctx['le']}"
+    if kind == "literal_error" and field is not None:
+        return f"{path}: {value!r} is not allowed; allowed values: {', '.join(map(str, field.choices))}"
+    if kind == "finite_number":
+        return f"{path}: must be a finite number, got {value!r}"
+    if field is None:
+        return f"{path}: {error['msg']}, got {value!r}"
+    expected = field.item_type if field.item_type is not None and len(loc) > 1 else field.type
+    # bool is an int subclass: say plainly that a YAML true is not a number
+    suffix = "" if isinstance(value, bool) else f" ({type(value).__name__})"
+    return f"{path}: expected {_type_name(expected)}, got {value!r}{suffix}"
+
+
+def _located(error: Mapping[str, Any], schema: Mapping[str, Field]) -> dict[str, Any]:
+    """The error with its location in params terms: the key for the positional field name (``f3``), list
+    indices kept, pydantic's own location parts (union / literal / constraint branches) dropped."""
+    names = list(schema)
+    loc = []
+    for number, part in enumerate(error["loc"]):
+        if number == 0 and isinstance(part, str) and part[:1] == "f" and part[1:].isdigit():
+            loc.append(names[int(part[1:])])
+        elif isinstance(part, int) or number == 0:
+            loc.append(part)
+    return {**error, "loc": tuple(loc)}
+
+
+def _first_error(errors: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The error a reader fixes first: an unknown key (the first by name), then the first key in declared order."""
+    unknown = sorted((e for e in errors if e["type"] == "extra_forbidden"), key=lambda e: str(e["loc"][0]))
+    return unknown[0] if unknown else errors[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(field_repr: str, annotation: Any) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(annotation, config=ConfigDict(strict=True, allow_inf_nan=False))
+
+
+def _check_value(value: Any, field: Field, where: str) -> Any:
+    """One value against one declared field (``where`` names it)."""
+    try:
+        return _adapter(repr(field), _annotation(field)).validate_python(value)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        raise ParamsError(_message(_located({**error, "loc": ("", *error["loc"])}, {"": field}), {"": field},
+                                   where)) from None
 
 
 def check_section(
     section: Any, schema: Mapping[str, Field], where: str, *, allow_extra: bool = False
 ) -> dict[str, Any]:
-    """Validate ``section`` against ``schema`` and return it with defaults filled in."""
+    """Validate ``section`` against ``schema`` (pydantic, strict) and return it with defaults filled in, keys in
+    declared order (then the extra keys, where allowed)."""
     if section is None:
         section = {}
     if not isinstance(section, Mapping):
         raise ParamsError(f"{where}: expected a mapping, got {section!r}")
-    unknown = sorted(set(section) - set(schema))
-    if unknown and not allow_extra:
-        raise ParamsError(
-            f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(sorted(schema)) or '(none)'}"
-        )
-    out: dict[str, Any] = dict(section) if allow_extra else {}
-    for key, field in schema.items():
-        if key in section:
-            out[key] = _check_value(section[key], field, f"{where}.{key}")
-        elif field.required:
-            raise ParamsError(f"{where}: missing required key {key!r}" + (f" ({field.help})" if field.help else ""))
-        else:
-            out[key] = copy.deepcopy(field.default)
+    try:
+        validated = section_model(schema, allow_extra).model_validate(dict(section))
+    except ValidationError as exc:
+        errors = [_located(e, schema) for e in exc.errors(include_url=False)]
+        raise ParamsError(_message(_first_error(errors), schema, where)) from None
+    out = validated.model_dump(by_alias=True)
+    if allow_extra:
+        out.update({k: v for k, v in section.items() if k not in schema})
     return out
 
 

@@ -154,6 +154,16 @@ class Distributed:
                 dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
                 p.grad.div_(self.world_size)
 
+    def broadcast_buffers(self, module: torch.nn.Module) -> None:
+        """Rank 0's buffers (batch-norm running statistics) on every rank. Without SyncBatchNorm each rank's
+        training forward updates them from its own shard; DDP re-broadcasts rank 0's at its next forward, but an
+        embedding pass in between would embed each shard with its own rank's statistics, so the gathered
+        embeddings would match no single model, and a resumed run (every rank restored from rank 0's
+        checkpoint) would embed differently from an uninterrupted one."""
+        if self.active:
+            for buffer in module.buffers():
+                dist.broadcast(buffer, src=0)
+
     def barrier(self) -> None:
         if self.active:
             dist.barrier()

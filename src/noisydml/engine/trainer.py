@@ -651,7 +651,9 @@ class _Run:
                      extra=extra_batch)
 
     def embed_all(self, images, features: bool = False):
-        """One pass over all rows; under DDP each rank embeds its shard and every rank gets all of them."""
+        """One pass over all rows; under DDP each rank embeds its shard, with rank 0's batch-norm statistics, and
+        every rank gets all of them."""
+        self.ddp.broadcast_buffers(self.model)
         return self.ddp.embed(lambda x: embed(self.model, x, self.device, features=features, pipeline=self.pipeline),
                               images, features)
 

@@ -19,7 +19,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from noisydml import io
-from noisydml.runs import run_name
+from noisydml.runs import chain_runs, run_name
 from noisydml.studies import all_runs
 from noisydml.engine.judge import group_majorities
 from noisydml.evaluation.retrieval import neighbours_used, retrieval_metrics
@@ -44,8 +44,8 @@ def cluster_label_quality(params: dict, dataset: str, noise: str, name: str, see
     """For a chained run trained on its upstream's cluster labels (``labels.kind: clusters``, e.g. SGPS's c^B):
     how many clusters it kept, their purity (kept rows in their cluster's majority true class) and coverage (the
     share of the upstream's rows kept), from the upstream's exports and the true labels of its training rows."""
-    chain = next((c for c in params["chains"].values() if (c["dataset"], c["noise"], c["name"], c["seed"]) ==
-                  (dataset, noise, name, seed) and c["labels"]["kind"] == "clusters"), None)
+    chain = next((r.chain for r in chain_runs(params) if (r.dataset, r.noise, r.name, r.seed) ==
+                  (dataset, noise, name, seed) and r.chain["labels"]["kind"] == "clusters"), None)
     if chain is None:
         return {}
     upstream = layout.run(dataset, noise, chain["upstream"], seed)
@@ -124,25 +124,24 @@ def _log_final(params: dict, dataset: str, noise: str, name: str, seed: int, res
 
 def evaluate(params: dict, dataset: str, layout: Layout = Layout(), log_to_mlflow: bool = True) -> list[dict]:
     """Evaluate every run of ``dataset`` whose inputs changed; remove metrics of runs no longer in params."""
-    runs = [(r.dataset, r.noise, r.name, r.seed, r.kind) for r in all_runs(params) if r.dataset == dataset]
-    wanted = {layout.metrics(d, n, m, s) for d, n, m, s, _ in runs}
+    runs = [r for r in all_runs(params) if r.dataset == dataset]
+    wanted = {layout.metrics(r.dataset, r.noise, r.name, r.seed) for r in runs}
     results, fresh = [], 0
     t0 = time.perf_counter()
-    for d, n, m, s, _ in tqdm(runs, desc=f"evaluate {dataset}", unit="run", disable=not params["runtime"]["progress"]):
-        path = layout.metrics(d, n, m, s)
-        run = layout.run(d, n, m, s)
-        if path.is_file() and layout.curves(d, n, m, s).is_file() and (run / "run.json").is_file():
+    for r in tqdm(runs, desc=f"evaluate {dataset}", unit="run", disable=not params["runtime"]["progress"]):
+        where = (r.dataset, r.noise, r.name, r.seed)
+        path, run = layout.metrics(*where), layout.root / r.folder
+        if path.is_file() and layout.curves(*where).is_file() and (run / "run.json").is_file():
             old = io.read_json(path)
             if old.get("inputs_sha256") == inputs_digest(params, run):
                 results.append(old)  # unchanged inputs: the same metrics, bit for bit
                 continue
-        result = evaluate_run(params, d, n, m, s, layout)
+        result = evaluate_run(params, *where, layout)
         fresh += 1
         results.append(result)
         if log_to_mlflow:
-            _log_final(params, d, n, m, s, result, layout)
-        print(f"evaluate {run_name(d, n, m, s)}: "
-              + " ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items()))
+            _log_final(params, *where, result, layout)
+        print(f"evaluate {r.run_name}: " + " ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items()))
     root = layout.root / "metrics" / dataset
     for stale in [p for p in root.rglob("seed*") if p.is_file()]:
         json_path = stale if stale.suffix == ".json" else stale.with_name(stale.name.replace("_curves.png", ".json"))

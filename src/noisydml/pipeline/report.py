@@ -23,7 +23,7 @@ from noisydml.reporting.tables import (
     summarise, timing_results, timing_table, weight_summary,
 )
 from noisydml.runs import noises_of, runs_of
-from noisydml.studies import check_study, load_study, study_names, study_runs
+from noisydml.studies import check_study, load_study, study_names
 from noisydml.studies.base import ReportContext
 
 #: Run kinds of the grid's tables; every other kind is a study's own run, reported in its section.
@@ -41,7 +41,7 @@ def write_report(params: dict, layout: Layout) -> Path:
     stats = noise_stats(params, layout)
     studies = {name: load_study(name) for name in study_names()}
     sections = {name: check_study(params, name) for name in studies}
-    own = {name: study_runs(params, name) for name in studies}
+    own = {name: studies[name].runs(params, sections[name]) for name in studies}  # sections validated once
     every_run = collect(runs_of(params) + [r for runs in own.values() for r in runs], layout, stats)
     kinds = every_run["run_kind"] if not every_run.empty else pd.Series(dtype=str)
     # the studies' own runs have their own sections, outside the grid's tables

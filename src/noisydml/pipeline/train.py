@@ -1,4 +1,4 @@
-"""The train stage: one run (:class:`noisydml.runs.Run`) -> ``runs/<dataset>/<noise>/<name>/seed<k>``.
+"""The train stage: runs (:class:`noisydml.runs.Run`) -> ``runs/<dataset>/<noise>/<name>/seed<k>``.
 
 Everything written into the run folder is a function of params, data and code
 (identical trainings give identical DVC hashes). What a run measured but must
@@ -27,23 +27,29 @@ from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
 from noisydml.pipeline.rundata import load_run_data, take_upstream
 from noisydml.runs import Run
-from noisydml.studies import find_study_run
+from noisydml.studies import find_study_runs
 from noisydml.tracking import MlflowTracker, git_commit
 
 
-def train(params: dict, run: Run, layout: Layout = Layout()) -> Path:
+def train(params: dict, run: Run, layout: Layout = Layout(), *, keep_checkpoint: bool = False) -> Path:
     """Train ``run`` (a :class:`~noisydml.runs.Run` of params: the grid's, a chain's, a figure's) into its folder,
-    with its own overrides of the method's hyper-parameters and of train."""
-    return _train(run.params(params), run, layout)
+    with its own overrides of the method's hyper-parameters and of train. ``keep_checkpoint``: leave its last
+    checkpoint in place (the stage trains more runs and removes them when all are written)."""
+    return _train(run.params(params), run, layout, keep_checkpoint)
 
 
-def run_from_arguments(params: dict, args) -> Path | None:
-    """Train the run ``--run-folder`` names (its folder, as dvc.yaml declares it: ``runs/<dataset>/<noise>/<name>/seed<k>``):
-    of the grid or the chains, or with ``--study`` one of that study's own runs (only that study is imported).
+def run_from_arguments(params: dict, args) -> list[Path] | None:
+    """Train the runs ``--run-folder`` names (the stage's output, as dvc.yaml declares it): a seed folder
+    ``runs/<dataset>/<noise>/<name>/seed<k>`` of the grid, or a chained run's folder ``runs/<dataset>/<noise>/<name>``
+    (its seeds, one after another); with ``--study`` one of that study's own runs (only that study is imported).
+
+    The runs' checkpoints stay until every run of the stage is written: DVC empties a stage's output before
+    running it again, so a stage killed in its second seed resumes its first from the first's final checkpoint
+    (no epoch re-trained) rather than from scratch.
 
     ``runtime.processes`` > 1: the stage starts itself again under ``torchrun`` as that many processes, which
-    train the run together (:mod:`noisydml.engine.distributed`); rank 0 writes the run folder."""
-    run = find_study_run(params, args.run_folder, args.study)  # before any relaunch: a stale stage fails at once
+    train each run together (:mod:`noisydml.engine.distributed`); rank 0 writes the run folders."""
+    runs = find_study_runs(params, args.run_folder, args.study)  # before any relaunch: a stale stage fails at once
     processes = params["runtime"]["processes"]
     if processes > 1 and not distributed.launched_by_torchrun():
         status = distributed.relaunch_under_torchrun(processes, sys.argv)
@@ -52,11 +58,16 @@ def run_from_arguments(params: dict, args) -> Path | None:
         return None
     started_group = distributed.launched_by_torchrun() and not torch.distributed.is_initialized()
     distributed.init_from_environment(params["runtime"]["device"])
+    layout, main = Layout(), distributed.current().is_main
     try:
-        return train(params, run)
+        outs = [train(params, run, layout, keep_checkpoint=True) for run in runs]
     finally:
         if started_group:
             torch.distributed.destroy_process_group()
+    if main:
+        for run in runs:  # every run is complete; runs/ holds the final models
+            layout.checkpoint(run.dataset, run.noise, run.name, run.seed).unlink(missing_ok=True)
+    return outs
 
 
 def _upstream(chain: dict, data, layout: Layout, key_where: str):
@@ -76,7 +87,7 @@ def _upstream(chain: dict, data, layout: Layout, key_where: str):
     return data, inputs, init_state, upstream
 
 
-def _train(params: dict, run: Run, layout: Layout) -> Path:
+def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Path:
     """Train one run (``params``: with the run's overrides); write ``model.pt``, embeddings, ``history.csv``,
     ``run.json`` (and ``exports.npz``)."""
     dataset, noise, method, seed, chain = run.dataset, run.noise, run.method, run.seed, run.chain
@@ -162,5 +173,6 @@ def _train(params: dict, run: Run, layout: Layout) -> Path:
     })
     tracker.log_artifact(out / "history.csv")
     tracker.end(status="FINISHED")
-    checkpoint.unlink(missing_ok=True)  # the run is complete; runs/ holds the final model
+    if not keep_checkpoint:
+        checkpoint.unlink(missing_ok=True)  # the run is complete; runs/ holds the final model
     return out

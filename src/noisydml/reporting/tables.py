@@ -218,5 +218,6 @@ def _chain_line(c: dict) -> str:
         takes.append(f"only the samples its export `{c['labels']['keep']}` keeps")
     if c["inputs"]:
         takes.append(f"inputs {c['inputs']}")
-    return (f"- **{c['name']}** ({c['dataset']}/{c['noise']}, seed {c['seed']}): `{c['method']}` trained after "
+    return (f"- **{c['name']}** ({c['dataset']}/{c['noise']}, seed{'s' * (len(c['seeds']) > 1)} "
+            f"{', '.join(map(str, c['seeds']))}): `{c['method']}` trained after "
             f"`{c['upstream']}`, taking " + ", ".join(takes))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from noisydml.catalog import load_member, names_in
-from noisydml.runs import check_unique_folders, find_run, runs_of
+from noisydml.runs import check_unique_folders, find_runs, runs_of
 from noisydml.schema import ParamsError
 
 #: Modules of this package that are not studies.
@@ -29,13 +29,13 @@ def load_study(name: str):
     return load_member("noisydml.studies", name, study_names(), "STUDY", "study")
 
 
-def owner_of(key: str) -> str:
-    """The study that owns ``figures.<key>`` (imports every study)."""
-    owners = [name for name in study_names() if key in load_study(name).sections]
-    if not owners:
-        allowed = sorted(k for n in study_names() for k in load_study(n).sections)
-        raise ParamsError(f"figures: unknown section {key!r}; allowed: {', '.join(allowed)} (each owned by a study)")
-    return owners[0]
+def section_owners() -> dict[str, str]:
+    """``figures.<key>`` -> the study that owns it (imports every study)."""
+    owners: dict[str, str] = {}
+    for name in study_names():
+        for key in load_study(name).sections:
+            owners.setdefault(key, name)
+    return owners
 
 
 def check_study(params: dict[str, Any], name: str) -> dict[str, Any]:
@@ -56,8 +56,11 @@ def check_studies(params: dict[str, Any]) -> dict[str, Any]:
     """Validate every study's sections, refuse ``figures`` sections no study owns, and check that no two runs of
     the grid, the chains and the studies share a folder; return params as they are (``figures`` stays as written:
     a study validates its sections again wherever they are used, :func:`check_study`)."""
-    for key in params["figures"]:
-        owner_of(key)
+    owners = section_owners()
+    unknown = [key for key in params["figures"] if key not in owners]
+    if unknown:
+        raise ParamsError(f"figures: unknown section {unknown[0]!r}; allowed: {', '.join(sorted(owners))} "
+                          "(each owned by a study)")
     check_unique_folders(all_runs(params))  # validates every study's sections on the way
     return params
 
@@ -75,12 +78,9 @@ def all_runs(params: dict[str, Any]) -> list:
     return runs
 
 
-def find_study_run(params: dict[str, Any], folder: str, study: str | None):
-    """The run whose folder is ``folder``: of the grid or the chains, or (``study``) of that study's own runs."""
+def find_study_runs(params: dict[str, Any], folder: str, study: str | None) -> list:
+    """The runs at or under ``folder`` (:func:`noisydml.runs.find_runs`): of the grid or the chains, or
+    (``study``) of that study's own runs."""
     if study is None:
-        return find_run(params, folder)
-    runs = study_runs(params, study)
-    for run in runs:
-        if run.folder == folder.rstrip("/"):
-            return run
-    raise ParamsError(f"--run-folder {folder!r} is not a run of study {study!r} ({len(runs)} runs)")
+        return find_runs(runs_of(params), folder, "params.yaml")
+    return find_runs(study_runs(params, study), folder, f"study {study!r}")

@@ -90,7 +90,7 @@ def percent(row, metric: str) -> str:
 
 
 def chain_run_value(runs: pd.DataFrame, chain: dict, name: str, column: str):
-    """``column`` of run ``name`` at a chain's dataset, noise and seed (``runs`` indexed by dataset, noise,
-    method, seed); None when that run or column is absent."""
+    """``column`` of run ``name`` at a chained run's dataset, noise and seed (``chain``: a chained Run's ``chain``,
+    one seed; ``runs`` indexed by dataset, noise, method, seed); None when that run or column is absent."""
     index = (chain["dataset"], chain["noise"], name, chain["seed"])
     return runs.loc[index, column] if index in runs.index and column in runs.columns else None

@@ -17,7 +17,7 @@ import pandas as pd
 
 from noisydml import io
 from noisydml.reporting.plots import plot_training_curves
-from noisydml.runs import Run
+from noisydml.runs import Run, chain_runs
 from noisydml.schema import Field, ParamsError, check_choice, check_name, check_section, check_unique, mapping_or_empty
 from noisydml.studies.base import ReportContext, Study, chain_run_value, check_run_target
 
@@ -96,7 +96,8 @@ def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
     the evaluate stage)."""
     runs = per_seed.set_index(["dataset", "noise", "method", "seed"])
     rows = []
-    for c in params["chains"].values():
+    chains = [run.chain for run in chain_runs(params)]  # each entry at each of its seeds
+    for c in chains:
         if c["labels"]["kind"] != "clusters":
             continue
         key = (c["dataset"], c["noise"])
@@ -104,7 +105,7 @@ def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
         def value(name: str, column: str = "precision_at_1"):
             return chain_run_value(runs, c, name, column)
 
-        after = [d for d in params["chains"].values()
+        after = [d for d in chains
                  if d["upstream"] == c["name"] and (d["dataset"], d["noise"], d["seed"]) == (*key, c["seed"])]
         rows.append({
             "dataset": c["dataset"], "noise": c["noise"], "seed": c["seed"],

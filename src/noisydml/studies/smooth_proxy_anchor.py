@@ -12,6 +12,7 @@ import pandas as pd
 
 from noisydml import io
 from noisydml.reporting.plots import plot_weight_histograms
+from noisydml.runs import chain_runs
 from noisydml.studies.base import ReportContext, Study, chain_run_value
 
 #: The chained method of phase 2, and the grid methods its P@1 is shown beside.
@@ -26,7 +27,7 @@ def spa_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
     proxy, given labels dropped), and its P@1 beside Proxy-Anchor's on the same frozen backbone and MS's."""
     runs = per_seed.set_index(["dataset", "noise", "method", "seed"])
     rows = []
-    for c in params["chains"].values():
+    for c in (run.chain for run in chain_runs(params)):  # each entry at each of its seeds
         if c["method"] != PHASE2_METHOD:
             continue
 
