@@ -207,3 +207,12 @@ def test_weights_sha256_is_a_sum_or_a_publishers_prefix():
         check_sha256("52de", "weights.x.sha256", min_digits=8)
     with pytest.raises(ParamsError, match=r"l.sha256: 'zz' is not a sha256; allowed: 64 hex digits"):
         check_sha256("zz", "l.sha256")
+
+
+def test_a_key_named_like_the_models_internal_fields_is_reported_under_its_own_name():
+    """Sections are pydantic models whose fields are aliases of positional names (f0, f1, ...): an error is
+    reported at the params key itself, even a key that looks like one of those names."""
+    from noisydml.schema import Field, check_section
+
+    with pytest.raises(ParamsError, match=re.escape("s.f0: expected int, got 'y' (str)")):
+        check_section({"a": 1, "f0": "y"}, {"a": Field(int), "f0": Field(int, 1)}, "s")

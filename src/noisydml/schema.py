@@ -6,7 +6,7 @@ it, so none of them needs to import another to be validated.
 
 The validation itself is pydantic v2's (strict mode: a YAML string is never a number, ``true`` never an
 int; no NaN or infinity): each declared section becomes a pydantic model (:func:`section_model`), which also
-gives the JSON Schema of params.yaml (``scripts/params_schema.py``). Pydantic's errors are re-worded here so
+gives the JSON Schema of params.yaml (:mod:`noisydml.pipeline.params_schema`). Pydantic's errors are re-worded here so
 every message names the key, the value and what is allowed.
 """
 
@@ -120,17 +120,11 @@ def _message(error: Mapping[str, Any], schema: Mapping[str, Field], where: str) 
     return f"{path}: expected {_type_name(expected)}, got {value!r}{suffix}"
 
 
-def _located(error: Mapping[str, Any], schema: Mapping[str, Field]) -> dict[str, Any]:
-    """The error with its location in params terms: the key for the positional field name (``f3``), list
-    indices kept, pydantic's own location parts (union / literal / constraint branches) dropped."""
-    names = list(schema)
-    loc = []
-    for number, part in enumerate(error["loc"]):
-        if number == 0 and isinstance(part, str) and part[:1] == "f" and part[1:].isdigit():
-            loc.append(names[int(part[1:])])
-        elif isinstance(part, int) or number == 0:
-            loc.append(part)
-    return {**error, "loc": tuple(loc)}
+def _located(error: Mapping[str, Any]) -> dict[str, Any]:
+    """The error with its location in params terms: the key (pydantic reports the alias, i.e. the params key) and
+    list indices; pydantic's own location parts (union / literal / constraint branches) dropped."""
+    loc = tuple(part for number, part in enumerate(error["loc"]) if number == 0 or isinstance(part, int))
+    return {**error, "loc": loc}
 
 
 def _first_error(errors: list[Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -150,7 +144,7 @@ def _check_value(value: Any, field: Field, where: str) -> Any:
         return _adapter(repr(field), _annotation(field)).validate_python(value)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        raise ParamsError(_message(_located({**error, "loc": ("", *error["loc"])}, {"": field}), {"": field},
+        raise ParamsError(_message(_located({**error, "loc": ("", *error["loc"])}), {"": field},
                                    where)) from None
 
 
@@ -166,7 +160,7 @@ def check_section(
     try:
         validated = section_model(schema, allow_extra).model_validate(dict(section))
     except ValidationError as exc:
-        errors = [_located(e, schema) for e in exc.errors(include_url=False)]
+        errors = [_located(e) for e in exc.errors(include_url=False)]
         raise ParamsError(_message(_first_error(errors), schema, where)) from None
     out = validated.model_dump(by_alias=True)
     if allow_extra:
