@@ -1,31 +1,49 @@
-"""The paper profiles: list them, check them against params.yaml, print or run one's `dvc exp run` command.
+"""The paper profiles: list them, check them through DVC's own override code, print their settings tables, print
+or run one's `dvc exp run` command.
 
-    python scripts/paper_profile.py list
+    python scripts/paper_profile.py list                # runs, iterations, estimated GPU hours
     python scripts/paper_profile.py check
+    python scripts/paper_profile.py settings            # the README's settings tables (--write: update README.md)
     python scripts/paper_profile.py show prism/table1_cub
     python scripts/paper_profile.py run prism/table1_cub     # on a GPU machine with internet
+    python scripts/paper_profile.py rehearse prism/table3_cars98n [FOLDER]   # real DVC, miniature data, CPU
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
-from noisydml.pipeline.profiles import exp_command, load_profiles, params_after
+from noisydml.pipeline.profiles import (exp_command, load_profiles, params_after, profiles_table,
+                                        readme_with_settings, settings_tables)
 
 
 def main(argv: list[str]) -> int:
     action, *rest = argv or ["list"]
     profiles = load_profiles()
-    if action == "list":
-        for name, p in profiles.items():
-            hours = p["runs"] * p["gpu_hours_per_run"]
-            print(f"{name:28s} {p['table']}: {p['runs']} runs x ~{p['gpu_hours_per_run']} GPU h = ~{hours:.0f} GPU h")
+    if action == "list":  # with the GPU-hour estimate of noisydml.pipeline.profiles.estimate (its assumptions)
+        print(profiles_table(profiles))
         return 0
     if action == "check":
         for name, p in profiles.items():  # through DVC's own override code, as `dvc exp run -S` applies them
             params_after(p["set"])
             print(f"{name}: valid")
+        return 0
+    if action == "settings":
+        text = profiles_table(profiles) + "\n" + settings_tables(profiles)
+        if rest == ["--write"]:
+            readme = Path("README.md")
+            readme.write_text(readme_with_settings(readme.read_text(), text))
+            print("README.md: profile and settings tables written")
+        else:
+            print(text)
+        return 0
+    if action == "rehearse" and rest:
+        from noisydml.pipeline.rehearsal import rehearse
+
+        folder = rehearse(rest[0], profiles[rest[0]], folder=rest[1] if len(rest) > 1 else None)
+        print(f"{rest[0]}: rehearsed in {folder} (report: {folder / 'reports' / 'results.md'})")
         return 0
     if action in ("show", "run") and rest:
         command = exp_command(rest[0], profiles[rest[0]])

@@ -158,29 +158,8 @@ def local_server():
         server.server_close()
 
 
-def tar_bytes(members: dict[str, bytes], gz: bool = True) -> bytes:
-    """A tar (gzip-compressed by default) of ``members`` (name -> content), built in memory."""
-    import io
-    import tarfile
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz" if gz else "w") as tf:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def zip_bytes(members: dict[str, bytes]) -> bytes:
-    import io
-    import zipfile
-
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
-    return buf.getvalue()
+# archives built in memory: the rehearsal's (noisydml.pipeline.rehearsal), which builds the datasets' miniatures
+from noisydml.pipeline.rehearsal import tar_bytes, zip_bytes  # noqa: E402
 
 
 def jpeg_bytes(seed: int, size=(20, 16)) -> bytes:

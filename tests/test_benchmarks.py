@@ -12,6 +12,7 @@ import pytest
 
 from conftest import jpeg_bytes, tar_bytes, zip_bytes
 from noisydml.data import DatasetError
+from noisydml.data.benchmarks import BENCHMARKS
 from noisydml.data.download import DownloadError
 from noisydml.data.prepared import PreparedDataset
 from noisydml.pipeline.check import validate_all
@@ -170,7 +171,9 @@ def test_an_owner_only_dataset_without_its_files_says_where_to_put_them(tmp_path
 
 
 def test_food101n_first_50_classes_train_with_verification_flags(tmp_path, raw_params, local_server):
-    names = sorted(f"dish_{i:02d}" for i in range(52))
+    # Food-101N's classes.txt is not in Python's sorted() order (cheesecake before cheese_plate): file order counts
+    names = [f"dish_{i:02d}" for i in range(10)] + ["cheesecake", "cheese_plate"] + [f"dish_{i:02d}" for i in
+                                                                                    range(12, 52)]
     noisy = {"Food-101N_release/meta/classes.txt": ("class_name\n" + "\n".join(names) + "\n").encode()}
     keys, verified = [], []
     for c, name in enumerate(names):
@@ -185,7 +188,7 @@ def test_food101n_first_50_classes_train_with_verification_flags(tmp_path, raw_p
                                                           + "\n".join(verified[:4]) + "\n").encode()
     noisy["Food-101N_release/meta/verified_val.tsv"] = ("class_name/key\tverification_label\n"
                                                         + "\n".join(verified[4:]) + "\n").encode()
-    food = {"food-101/meta/classes.txt": ("\n".join(names) + "\n").encode()}
+    food = {"food-101/meta/classes.txt": ("\n".join(sorted(names)) + "\n").encode()}
     train_txt, test_txt = [], []
     for name in names:
         for i in range(3):
@@ -206,6 +209,19 @@ def test_food101n_first_50_classes_train_with_verification_flags(tmp_path, raw_p
     params = _params(raw_params, "food", {"kind": "food101n", "archives": archives, "test_images": "test",
                                           "expect": {**expect, "test_samples": 2}})
     assert prepare(params, "food", Layout(tmp_path))["num_test_samples"] == 2
+    # Food-101N's classes must be Food-101's
+    food["food-101/meta/classes.txt"] = ("\n".join(sorted(names[:-1] + ["pho"])) + "\n").encode()
+    archives = _serve(local_server, {"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)})
+    params = _params(raw_params, "food", {"kind": "food101n", "archives": archives, "expect": expect})
+    with pytest.raises(DatasetError, match="its classes are not Food-101's.*first difference: 'dish_51'"):
+        _run(params, "food", tmp_path / "other")
+
+
+def test_food101n_official_counts_follow_test_images():
+    bench = BENCHMARKS["food101n"]
+    assert bench.official_counts({"test_images": "all", "expect": {}})["test_samples"] == 51000
+    assert bench.official_counts({"test_images": "test", "expect": {}})["test_samples"] == 12750  # 51 x 250
+    assert bench.official_counts({"test_images": "test", "expect": {"test_samples": 7}})["test_samples"] == 7
 
 
 def test_cars98n_fetches_its_url_list_and_records_dead_links(tmp_path, raw_params, local_server):

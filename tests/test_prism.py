@@ -103,6 +103,73 @@ def test_empty_selection_falls_back_to_dropping_the_lowest():
     assert keep.tolist() == [False, False, True, True]
 
 
+def test_fallback_resets_the_window_as_the_authors_code_does():
+    """The authors' PRISM.py: on fallback, ``margin_window = margin_window[-1:]`` (the batch's own Q_t)."""
+    keep_window, reset = SlidingThreshold(0.5, window=3), SlidingThreshold(0.5, window=3, reset_on_fallback=True)
+    for thr in (keep_window, reset):
+        thr.select(torch.tensor([0.9, 0.95, 0.99, 0.97]))  # Q = 0.95
+        thr.select(torch.tensor([0.9, 0.92, 0.99, 0.97]))  # Q = 0.92
+        keep, _ = thr.select(torch.tensor([0.1, 0.2, 0.3, 0.4]))  # Q = 0.2, all below the window mean
+        assert thr.fell_back and keep.tolist() == [False, False, True, True]
+    assert reset.values[: int(reset.count)].tolist() == pytest.approx([0.2])
+    assert keep_window.values[: int(keep_window.count)].tolist() == pytest.approx([0.95, 0.92, 0.2])
+    # the next batch is judged against Q_t's alone after a reset: (0.2 + 0.25) / 2
+    _, threshold = reset.select(torch.tensor([0.22, 0.25, 0.3, 0.4]))  # Q = 0.25
+    assert threshold == pytest.approx((0.2 + 0.25) / 2) and not reset.fell_back
+    _, threshold = keep_window.select(torch.tensor([0.22, 0.25, 0.3, 0.4]))
+    assert threshold == pytest.approx((0.92 + 0.2 + 0.25) / 3)
+
+
+def _authors_memory_term(col, targets_col, row, target_row, margin=0.5, epsilon=1e-5):
+    """The memory term of the PRISM authors' memory contrastive loss (memory_contrastive_loss_w_PRISM.py), written
+    out: positives below 1 - eps and negatives above the margin, ``(sum(1 - s+) + sum(s-)) / n``."""
+    sim = col @ row.T
+    same = targets_col.view(-1, 1) == target_row.view(1, -1)
+    pos, neg = same & (sim < 1 - epsilon), ~same & (sim > margin)
+    return ((1 - sim[pos]).sum() + sim[neg].sum()) / len(col), int(neg.sum())
+
+
+@pytest.mark.parametrize("name", ["mcl", "prism"])
+def test_sum_over_batch_reduction_matches_the_authors_loss(name):
+    """On a fixed memory, ``reduction: sum_over_batch`` gives the authors' gradient; the value differs by the
+    constant margin x (negative pairs) / n, because pml's contrastive loss on a negative pair is s - margin and
+    theirs is s (the same gradient)."""
+    gen = torch.Generator().manual_seed(0)
+    n, m, dim, classes = 16, 48, 16, 8
+    memory = F.normalize(torch.randn(m, dim, generator=gen), dim=1)
+    memory_labels = torch.randint(0, classes, (m,), generator=gen)
+    raw = torch.randn(n, dim, generator=gen)
+    labels = torch.randint(0, classes, (n,), generator=gen)
+    overrides = {"memory_size": m + n, "reduction": "sum_over_batch"}
+    if name == "prism":
+        overrides["noise_rate"] = 0.0  # keep every sample: the base loss of PRISM on the whole batch
+    method = build_method(name, _setup(name, **overrides))
+    xbm = (method.base if name == "prism" else method).loss_fn
+    xbm.embedding_memory[:m], xbm.label_memory[:m], xbm.queue_idx = memory, memory_labels, m
+    ours_in = raw.clone().requires_grad_()
+    ours, _ = method.loss(batch_of(F.normalize(ours_in, dim=1), labels, 0))
+    ours.backward()
+    # the authors' memory term over the same reference set: the memory after the batch is enqueued (pml's XBM
+    # enqueues first; self-pairs are excluded on both sides)
+    theirs_in = raw.clone().requires_grad_()
+    f = F.normalize(theirs_in, dim=1)
+    theirs, negatives = _authors_memory_term(f, labels, torch.cat([memory, f.detach()]),
+                                             torch.cat([memory_labels, labels]))
+    theirs.backward()
+    assert negatives > 0
+    assert float(ours.detach()) + 0.5 * negatives / n == pytest.approx(float(theirs.detach()), rel=1e-5)
+    assert torch.allclose(ours_in.grad, theirs_in.grad, atol=1e-6)
+    # pml's default reduction (pair means) is another loss on the same pairs: not the authors' gradient
+    default = build_method(name, _setup(name, **{**overrides, "reduction": "pair_means"}))
+    xbm = (default.base if name == "prism" else default).loss_fn
+    xbm.embedding_memory[:m], xbm.label_memory[:m], xbm.queue_idx = memory, memory_labels, m
+    other_in = raw.clone().requires_grad_()
+    value, _ = default.loss(batch_of(F.normalize(other_in, dim=1), labels, 0))
+    value.backward()
+    cosine = F.cosine_similarity(other_in.grad.flatten(), theirs_in.grad.flatten(), dim=0)
+    assert cosine < 0.99
+
+
 def test_rate_zero_keeps_everything():
     keep, threshold = SlidingThreshold(0.0, 5).select(torch.rand(64))
     assert keep.all() and math.isnan(threshold)
@@ -187,13 +254,16 @@ def _bench():
 def test_selection_at_sop_scale_keeps_clean_scorable_samples():
     """11,318 classes, memory 8,192, 200 batches of 16 x 4 class-structured embeddings, 50% noise.
 
-    Ranking every sample with P_clean = 1 for classes absent from the memory (the authors' rule) makes the
-    quantile 1.0 and the fallback drop exactly the scorable samples: none is ever kept. Ranking the scorable
-    ones only keeps about half of them, with a precision well above their clean share."""
+    Ranking every sample with P_clean = 1 for classes absent from the memory (the authors' rule, as their code
+    runs it) makes the quantile 1.0, which never enters their window: it stays empty for most batches, each of
+    which then drops its floor(R*B) lowest, the scorable samples first; almost none is kept, and the fallback is
+    never taken. Ranking the scorable ones only keeps about half of them, with a precision well above their
+    clean share."""
     bench = _bench()
     ours = bench.simulate(11318, batches=200, rule="ours")
     authors = bench.simulate(11318, batches=200, rule="authors")
-    assert authors["kept_share_of_scorable"] == 0.0 and authors["fallback_rate"] > 0.9
+    assert authors["kept_share_of_scorable"] < 0.05 and authors["empty_window_rate"] > 0.7
+    assert authors["fallback_rate"] == 0.0 and 0.45 < authors["kept_share"] < 0.6
     assert 0.3 < ours["kept_share_of_scorable"] < 0.8 and ours["fallback_rate"] < 0.05
     assert ours["precision"] > ours["clean_share_of_scorable"] + 0.15
 

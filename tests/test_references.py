@@ -50,6 +50,19 @@ def test_cells_difference_on_paper_data_and_glyphs_apart():
     assert status.loc[("SGPS", "Table IV"), "status"].startswith("not comparable")
 
 
+def test_best_on_test_is_shown_beside_our_p_at_1_and_labelled():
+    refs = load_references(REPO / "references" / "papers")
+    summary = _summary([("cub", "prism_sym50", "prism", 0.5, 0.5503)])
+    summary["best_on_test_precision_at_1"] = 0.5710
+    ours = our_cells(summary, PARAMS, STATS)
+    lines = side_by_side(refs[(refs["paper"] == "PRISM") & (refs["table"] == "Table 1")], ours,
+                         {"cub200", "cars196", "sop"})
+    prism_row = next(line for line in lines if line.startswith("| MCL + PRISM"))
+    assert "56.03 · ours 55.03 (-1.00) [best on test 57.10]" in prism_row
+    md, _ = reference_section(refs, summary, PARAMS, STATS)
+    assert "**test-selected**" in "\n".join(md)
+
+
 def test_reproduced_when_every_cell_is_within_two_points():
     refs = load_references(REPO / "references" / "papers")
     one = refs[(refs["paper"] == "PRISM") & (refs["table"] == "Table 1") & (refs["row"] == "MCL + PRISM (Ours)")

@@ -59,7 +59,8 @@ def test_killed_run_resumes_to_the_same_result(data, tmp_path):
 def test_checkpoint_of_another_config_is_ignored(data, tmp_path, capsys):
     with pytest.raises(KeyboardInterrupt):
         _fit(_spec(), data, tmp_path / "c.pt", stop_after_epoch=1)
-    other = _fit(_spec(optimizer={"name": "adam", "lr": 0.01, "weight_decay": 0.0, "momentum": 0.9, "head_lr_factor": 1.0}), data, tmp_path / "c.pt")
+    other = _fit(_spec(optimizer={**PARAMS["train"]["optimizer"], "lr": 0.01, "weight_decay": 0.0}), data,
+                 tmp_path / "c.pt")
     assert other.resumed_from_epoch is None
     assert "belongs to a different configuration" in capsys.readouterr().out
 
@@ -204,6 +205,49 @@ def test_lr_factor(schedule, expected):
 
     factor = lr_factor(schedule, epochs=3, steps_per_epoch=4)
     assert np.allclose([factor(step) for step in (0, 1, 2, 3, 4, 5, 8, 11)], expected)
+
+
+def test_warmup_hold_cosine_is_torchs_sequential_lr():
+    """The SGPS authors' schedule: SequentialLR([LinearLR, CosineAnnealingLR], milestones) stepped per iteration."""
+    from noisydml.engine.trainer import lr_factor
+
+    schedule = {**PARAMS["train"]["schedule"], "name": "warmup_hold_cosine", "warmup_steps": 10,
+                "warmup_start_factor": 0.01, "cosine_from_step": 30, "cosine_steps": 40}
+    factor = lr_factor(schedule, epochs=10, steps_per_epoch=10)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    torch_schedule = torch.optim.lr_scheduler.SequentialLR(opt, [
+        torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.01, total_iters=10),
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=40)], milestones=[30])
+    theirs = []
+    for _ in range(100):
+        theirs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        torch_schedule.step()
+    assert np.allclose([factor(step) for step in range(100)], theirs, atol=1e-6)
+
+
+def test_betas_and_gradient_clipping_reach_the_optimiser(data, tmp_path):
+    from noisydml.engine.trainer import build_optimizer
+    from noisydml.methods import build_method
+    from noisydml.methods.base import MethodSetup
+
+    opt_cfg = {**PARAMS["train"]["optimizer"], "name": "adamw", "betas": [0.9, 0.95]}
+    layer = torch.nn.Linear(2, 2)
+    method = build_method("ms", MethodSetup(PARAMS["methods"]["ms"], 2, 2, 4, np.arange(4) % 2, 0))
+    opt = build_optimizer(layer, method, opt_cfg)
+    assert isinstance(opt, torch.optim.AdamW) and opt.param_groups[0]["betas"] == (0.9, 0.95)
+    # a run with clipping trains, and a killed one resumes to the same result
+    spec = _spec("mcl", optimizer={**PARAMS["train"]["optimizer"], "grad_clip_norm": 0.01},
+                 schedule={**PARAMS["train"]["schedule"], "name": "warmup_hold_cosine", "warmup_steps": 3,
+                           "cosine_from_step": 5, "cosine_steps": 4})
+    whole = _fit(spec, data, tmp_path / "a.pt")
+    free = _fit(_spec("mcl", schedule=spec.train["schedule"]), data, tmp_path / "c.pt")
+    assert [h["loss"] for h in whole.history] != [h["loss"] for h in free.history]  # clipping acts
+    with pytest.raises(KeyboardInterrupt):
+        _fit(spec, data, tmp_path / "b.pt", stop_after_epoch=1)
+    resumed = _fit(spec, data, tmp_path / "b.pt")
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in whole.history]
+    assert torch.equal(resumed.test_embeddings, whole.test_embeddings)
 
 
 def test_frozen_batchnorm_stays_frozen_through_training(data, tmp_path):

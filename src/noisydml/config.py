@@ -74,15 +74,29 @@ OPTIMIZER_SCHEMA = {
     "lr": Field(float, 1e-3, min=0.0),
     "weight_decay": Field(float, 1e-4, min=0.0),
     "momentum": Field(float, 0.9, min=0.0, max=1.0, help="sgd only"),
+    "betas": Field(list, [0.9, 0.999], item_type=float, min=0.0, max=1.0,
+                   help="adam / adamw: (beta1, beta2); torch's default (0.9, 0.999); the SGPS authors' code: "
+                        "(0.9, 0.95)"),
+    "grad_clip_norm": Field(float, 0.0, min=0.0,
+                            help="clip the gradient's global L2 norm (model and method) to this before each step; "
+                                 "0 = none (the PRISM authors' code); the SGPS authors' code: 1.0"),
     "head_lr_factor": Field(float, 1.0, min=0.0,
                             help="ours: the embedding head's lr is lr x this (a head that starts random on a "
                                  "pretrained backbone may learn faster than the backbone it sits on)"),
 }
 SCHEDULE_SCHEMA = {
-    "name": Field(str, "cosine", choices=("cosine", "step", "constant")),
-    "warmup_epochs": Field(int, 0, min=0),
+    "name": Field(str, "cosine", choices=("cosine", "step", "constant", "warmup_hold_cosine"),
+                  help="cosine: to 0 over the run; step: x gamma every step_epochs; warmup_hold_cosine (the SGPS "
+                       "authors' SequentialLR): linear from warmup_start_factor over warmup_steps, flat until "
+                       "cosine_from_step, then cosine with period 2 x cosine_steps (torch's CosineAnnealingLR)"),
+    "warmup_epochs": Field(int, 0, min=0, help="cosine / step / constant: linear warm-up epochs"),
     "step_epochs": Field(int, 10, min=1, help="step schedule: epochs between decays"),
     "gamma": Field(float, 0.1, min=0.0, max=1.0, help="step schedule: decay factor"),
+    "warmup_steps": Field(int, 0, min=0, help="warmup_hold_cosine: linear warm-up steps (SGPS authors: 1,000)"),
+    "warmup_start_factor": Field(float, 0.0025, min=0.0, max=1.0,
+                                 help="warmup_hold_cosine: the warm-up's first lr / lr (SGPS authors: 1e-6 / 4e-4)"),
+    "cosine_from_step": Field(int, 0, min=0, help="warmup_hold_cosine: the step cosine starts (SGPS authors: 3,000)"),
+    "cosine_steps": Field(int, 1, min=1, help="warmup_hold_cosine: cosine's T_max in steps (SGPS authors: 8,000)"),
 }
 GRID_SCHEMA = {
     "datasets": Field(list, item_type=str),
@@ -173,6 +187,8 @@ TIMING_ENTRY_SCHEMA = {
 }
 REPORT_SCHEMA = {
     "metrics": Field(list, ["precision_at_1", "mean_average_precision_at_r"], item_type=str),
+    "rehearsal": Field(bool, False, help="ours: true = a rehearsal (scripts/paper_profile.py rehearse: miniature "
+                                         "data, random weights); the report says its numbers mean nothing"),
 }
 
 
@@ -396,6 +412,9 @@ def validate_params(raw: Any) -> dict[str, Any]:
     train = check_section(raw["train"], TRAIN_SCHEMA, "train")
     train["batch"] = check_section(train["batch"], BATCH_SCHEMA, "train.batch")
     train["optimizer"] = check_section(train["optimizer"], OPTIMIZER_SCHEMA, "train.optimizer")
+    if len(train["optimizer"]["betas"]) != 2:
+        raise ParamsError(f"train.optimizer.betas: {train['optimizer']['betas']!r}; allowed: two numbers "
+                          "[beta1, beta2] in [0, 1]")
     train["schedule"] = check_section(train["schedule"], SCHEDULE_SCHEMA, "train.schedule")
     train["input"] = check_section(train["input"], INPUT_SCHEMA, "train.input")
     if train["input"]["resize"] < train["input"]["crop"]:

@@ -7,6 +7,7 @@ defaults from the schema itself, as the params loader does.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from noisydml.schema import Field, check_section
@@ -24,8 +25,9 @@ RUNTIME_SCHEMA = {
     "deterministic": Field(bool, False, help="torch.use_deterministic_algorithms (GPU runs bit-exact, slower)"),
     "prepare_workers": Field(int, 0, min=0, help="processes decoding and checking image files when preparing a "
                                                   "dataset (0 = one per CPU core)"),
-    "loader_workers": Field(int, 0, min=0, help="DataLoader worker processes decoding file-stored images (0 = in "
-                                                 "the training process); results do not depend on it"),
+    "loader_workers": Field(int, 0, min=-1, help="DataLoader worker processes decoding file-stored images (0 = in "
+                                                  "the training process; -1 = one per CPU core but one, counted "
+                                                  "where the run starts); results do not depend on it"),
     "amp": Field(bool, False, help="CUDA: automatic mixed precision (float16 forward, gradient scaling); off on CPU"),
     "channels_last": Field(bool, False, help="CUDA: channels-last memory format for the network; off on CPU"),
     "cudnn_benchmark": Field(bool, False, help="CUDA: cuDNN autotuner (off when deterministic); off on CPU"),
@@ -40,3 +42,12 @@ def runtime_settings(runtime: dict[str, Any] | None = None) -> dict[str, Any]:
     """``runtime`` validated, with the schema's defaults for every key it leaves out (callers without a params
     file: tests, benchmarks)."""
     return check_section(runtime or {}, RUNTIME_SCHEMA, "runtime")
+
+
+def loader_workers(runtime: dict[str, Any]) -> int:
+    """``runtime.loader_workers`` as a process count: ``-1`` is one per CPU core this process may use, but one
+    (the training process decodes too); 0 or more as written."""
+    if runtime["loader_workers"] >= 0:
+        return runtime["loader_workers"]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, cores - 1)

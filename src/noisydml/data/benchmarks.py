@@ -19,7 +19,7 @@ cub200          classes 1-100 (5,864 images)                           101-200 (
 cars196         classes 1-98 (8,054)                                   99-196 (8,131)
 sop             ``Ebay_train.txt`` (59,551; 11,318 classes)            ``Ebay_test.txt`` (60,502; 11,316)
 inshop          ``list_eval_partition.txt`` train (25,882; 3,997)      query (14,218) / gallery (12,612)
-food101n        Food-101N, its first 50 classes (alphabetical)         Food-101, the other 51 classes
+food101n        Food-101N, its first 50 classes (file order)           Food-101, the other 51 classes
 cars98n         the CARS-98N web images (98 classes)                   Cars196's classes 99-196
 clothing1m      the 1M noisy training images (14 classes)              the clean test set (10,526)
 ==============  =====================================================  ==================================
@@ -61,6 +61,17 @@ class Benchmark:
     #: DataFrame(url, path))``.
     url_list: tuple[str, Callable[[Path, dict], pd.DataFrame]] | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: Counts that depend on an option: ``((key, value, counts), ...)``, applied over :data:`counts` when
+    #: ``cfg[key] == value`` (Food-101N's ``test_images: test`` evaluates on 12,750 images, not 51,000).
+    option_counts: tuple[tuple[str, str, dict[str, int]], ...] = ()
+
+    def official_counts(self, cfg: dict) -> dict[str, int]:
+        """The counts a dataset entry ``cfg`` must give: :data:`counts`, then the options', then its ``expect``."""
+        counts = dict(self.counts)
+        for key, value, more in self.option_counts:
+            if cfg.get(key) == value:
+                counts.update(more)
+        return {**counts, **cfg.get("expect", {})}
 
 
 def _need(path: Path, what: str) -> Path:
@@ -160,9 +171,15 @@ def _inshop_layout(raw: Path, cfg: dict) -> pd.DataFrame:
 def _food_layout(raw: Path, cfg: dict) -> pd.DataFrame:
     noisy = raw / "Food-101N_release"
     food = raw / "food-101"
+    # The first 50 classes in the file's own order. Food-101N's classes.txt is not in Python's sorted() order
+    # (cheesecake before cheese_plate); no such swap crosses the 50th line, and the PRISM authors' FOOD_test.csv
+    # starts at the 51st class (grilled_salmon, label 51 of 1-101), so file order and name order give the same split.
     classes = _read_table(noisy / "meta" / "classes.txt", ["name"], skip=1)["name"].tolist()
-    if sorted(classes) != classes:
-        raise DatasetError(f"{noisy / 'meta' / 'classes.txt'}: classes are not in alphabetical order")
+    food_classes = _read_table(_need(food / "meta" / "classes.txt", "Food-101's class list"), ["name"])["name"]
+    if set(classes) != set(food_classes) or len(classes) != len(set(classes)):
+        extra = sorted(set(classes) ^ set(food_classes)) or ["(a repeated name)"]
+        raise DatasetError(f"{noisy / 'meta' / 'classes.txt'}: its classes are not Food-101's "
+                           f"({food / 'meta' / 'classes.txt'}); first difference: {extra[0]!r}")
     train_classes = set(classes[:50])
     listed = _read_table(noisy / "meta" / "imagelist.tsv", ["key"], skip=1, sep="\t")["key"]
     cls = listed.str.split("/").str[0]
@@ -282,6 +299,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                  where="from https://data.vision.ee.ethz.ch/cvl/datasets_extra/food-101/")),
         _food_layout, {"train_classes": 50, "test_classes": 51, "test_samples": 51000},
         extract=("Food-101N_release.zip", "food-101.tar.gz"),
+        option_counts=(("test_images", "test", {"test_samples": 12750}),),
         source="Food-101N (verification flags kept as is_clean) and Food-101 (sha256 as recorded by TensorFlow "
                "Datasets)",
         disk="about 12 GB of archives + 12 GB extracted",

@@ -27,6 +27,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from noisydml.runtime import loader_workers
+
 #: ImageNet channel statistics (torchvision's and timm's ImageNet weights are trained with them).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -201,7 +203,7 @@ class InputPipeline:
 
     @classmethod
     def from_params(cls, train_cfg: dict, runtime: dict, seed: int, device: torch.device | None = None):
-        return cls(input_transform(train_cfg), seed, runtime["loader_workers"],
+        return cls(input_transform(train_cfg), seed, loader_workers(runtime),
                    pin_memory=device is not None and device.type == "cuda")
 
     def _loader(self, files: ImageFiles, batches: list[list[tuple[int, int]]]):

@@ -175,6 +175,9 @@ def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[in
     total = epochs * steps_per_epoch
     warmup = schedule["warmup_epochs"] * steps_per_epoch
 
+    if schedule["name"] == "warmup_hold_cosine":
+        return _warmup_hold_cosine(schedule)
+
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
@@ -183,6 +186,23 @@ def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[in
             return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
         if schedule["name"] == "step":
             return schedule["gamma"] ** ((step // steps_per_epoch) // schedule["step_epochs"])
+        return 1.0
+
+    return factor
+
+
+def _warmup_hold_cosine(schedule: dict) -> Callable[[int], float]:
+    """The SGPS authors' ``SequentialLR([LinearLR, CosineAnnealingLR], milestones=[cosine_from_step])`` in closed
+    form: linear from ``warmup_start_factor`` to 1 over ``warmup_steps``, 1 until ``cosine_from_step``, then
+    ``(1 + cos(pi t / cosine_steps)) / 2`` with ``t`` the steps since (periodic, as torch's closed form)."""
+    start, ramp = schedule["warmup_start_factor"], schedule["warmup_steps"]
+    begin, period = schedule["cosine_from_step"], schedule["cosine_steps"]
+
+    def factor(step: int) -> float:
+        if step >= begin:
+            return 0.5 * (1.0 + math.cos(math.pi * (step - begin) / period))
+        if step < ramp:
+            return start + (1.0 - start) * step / ramp
         return 1.0
 
     return factor
@@ -202,10 +222,10 @@ def build_optimizer(model: torch.nn.Module, method, opt_cfg: dict) -> torch.opti
                   {"params": list(model.head.parameters()), "lr": opt_cfg["lr"] * head_factor}]
     groups += method.param_groups(opt_cfg["lr"], opt_cfg["weight_decay"])
     name, wd = opt_cfg["name"], opt_cfg["weight_decay"]
-    if name == "adam":
-        return torch.optim.Adam(groups, lr=opt_cfg["lr"], weight_decay=wd)
-    if name == "adamw":
-        return torch.optim.AdamW(groups, lr=opt_cfg["lr"], weight_decay=wd)
+    if name in ("adam", "adamw"):
+        betas = tuple(opt_cfg["betas"])  # two numbers (checked with params)
+        adam = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        return adam(groups, lr=opt_cfg["lr"], betas=betas, weight_decay=wd)
     return torch.optim.SGD(groups, lr=opt_cfg["lr"], weight_decay=wd, momentum=opt_cfg["momentum"])
 
 
@@ -476,6 +496,10 @@ class Trainer:
             run.optimizer.zero_grad(set_to_none=True)
             run.scaler.scale(loss).backward()
             run.ddp.average_gradients(run.method_params)
+            if cfg["optimizer"]["grad_clip_norm"] > 0:  # on the true gradients: unscaled first under AMP
+                run.scaler.unscale_(run.optimizer)
+                torch.nn.utils.clip_grad_norm_([p for g in run.optimizer.param_groups for p in g["params"]],
+                                               cfg["optimizer"]["grad_clip_norm"])
             run.scaler.step(run.optimizer)
             run.scaler.update()
             run.scheduler.step()

@@ -19,13 +19,17 @@ from noisydml.pipeline.layout import HOST_RECORD, Layout
 from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class, plot_selection, plot_weight_histograms
 from noisydml.reporting.references import load_references, reference_section
 from noisydml.reporting.tables import (
-    _chain_line, cluster_size_table, collect, markdown_table, noise_stats, noise_table, plot_series, selection_summary,
+    BEST_ON_TEST, _chain_line, cluster_size_table, collect, markdown_table, noise_stats, noise_table, plot_series, selection_summary,
     summarise, timing_results, timing_table, weight_summary,
 )
 from noisydml.runs import noises_of, runs_of
 from noisydml.studies import check_study, load_study, study_names
 from noisydml.studies.base import ReportContext
 
+#: What a rehearsal's report says first (``report.rehearsal``; :mod:`noisydml.pipeline.rehearsal`).
+REHEARSAL_NOTE = ("miniature stand-ins of the datasets (their real file formats, a few dozen images) and randomly "
+                  "initialised backbones (the published weights' key layout), one epoch: these numbers mean "
+                  "nothing. It shows that the profile launches and that every stage and table cell runs.")
 #: Run kinds of the grid's tables; every other kind is a study's own run, reported in its section.
 GRID_KINDS = ("grid", "chain")
 
@@ -50,7 +54,7 @@ def write_report(params: dict, layout: Layout) -> Path:
                                       if c.startswith("final_") and not c.startswith("final_diag_")])
     study_rows = every_run[~kinds.isin(GRID_KINDS)]
     names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
-    summary = summarise(per_seed, names)
+    summary = summarise(per_seed, names + [BEST_ON_TEST])  # the last: test-selected, labelled where shown
     noise = noise_table(stats)
     selection = selection_summary(per_seed)
     timing = timing_results(params, layout)
@@ -62,7 +66,10 @@ def write_report(params: dict, layout: Layout) -> Path:
     references = load_references(layout.root / "references" / "papers")
 
     chains = [_chain_line(c) for c in params["chains"].values()]
-    md = ["# Results", "", markdown_table(summary, params["report"]["metrics"], params), ""]
+    md = ["# Results", ""]
+    if params["report"]["rehearsal"]:
+        md += [f"> **Rehearsal**: {REHEARSAL_NOTE}", ""]
+    md += [markdown_table(summary, params["report"]["metrics"], params), ""]
     if chains:
         md += ["Chained runs (params.yaml `chains`; each is a DVC stage that depends on its upstream run):", "",
                *chains, ""]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from pytorch_metric_learning import distances, losses, miners
+from pytorch_metric_learning import distances, losses, miners, reducers
 
 from noisydml.methods.base import Batch, Method, MethodSetup, MethodSpec
 from noisydml.schema import Field
@@ -90,6 +90,15 @@ BASELINES: dict[str, PMLBaseline] = {
 }
 
 
+#: How the memory contrastive loss reduces its pair losses to one number (neither paper says).
+REDUCTION_FIELD = Field(
+    str, "pair_means", choices=("pair_means", "sum_over_batch"),
+    help="ours: pair_means = pytorch-metric-learning's default (the mean of the non-zero positive-pair losses plus "
+         "the mean of the non-zero negative-pair losses); authors' code: sum_over_batch = the sum over every pair "
+         "divided by the batch size (PRISM/XBM's loss: (sum(1 - s+) + sum(s- > margin)) / B). Same pairs, other "
+         "weights: on one memory the two gradients point apart (cosine 0.3-0.7) and differ ~25x in norm")
+
+
 def schema_from_defaults(defaults: dict[str, Any]) -> dict[str, Field]:
     return {k: Field(type(v), v) for k, v in defaults.items()}
 
@@ -104,6 +113,10 @@ class PMLMethod(Method):
             kwargs["num_classes"] = setup.num_classes
         if "embedding_size" in baseline.needs:
             kwargs["embedding_size"] = setup.embedding_dim
+        #: the authors' reduction (REDUCTION_FIELD): pair losses summed here, divided by the batch size in loss_of
+        self.sum_over_batch = baseline.memory and setup.hparams["reduction"] == "sum_over_batch"
+        if self.sum_over_batch:
+            kwargs["reducer"] = reducers.SumReducer()
         loss = baseline.loss_cls(**kwargs)
         self.miner = baseline.miner_cls(**setup.hparams["miner"]) if baseline.miner_cls else None
         if baseline.memory:
@@ -117,15 +130,23 @@ class PMLMethod(Method):
     def loss(self, batch: Batch):
         return self.loss_of(batch.embeddings, batch.labels, batch.step), {}
 
-    def loss_of(self, embeddings: torch.Tensor, labels: torch.Tensor, step: int) -> torch.Tensor:
-        """The loss of some embeddings and labels at optimisation step ``step`` (also PRISM's base loss)."""
+    def loss_of(self, embeddings: torch.Tensor, labels: torch.Tensor, step: int,
+                batch_size: int | None = None) -> torch.Tensor:
+        """The loss of some embeddings and labels at optimisation step ``step`` (also PRISM's base loss).
+
+        ``batch_size``: the batch the embeddings come from (PRISM passes its kept rows of a larger batch); the
+        ``sum_over_batch`` reduction divides the sum over pairs by it, as the PRISM/XBM authors' code does."""
         if isinstance(self.loss_fn, losses.CrossBatchMemory) and step < self.hparams["memory_warmup_steps"]:
             # XBM's warm-up: the memory starts once features drift slowly (Wang et al. 2020, Sec. 4);
             # until then the wrapped loss sees the batch alone and nothing is enqueued.
-            return self.loss_fn.loss(embeddings, labels)
-        if self.miner is not None:
-            return self.loss_fn(embeddings, labels, self.miner(embeddings, labels))
-        return self.loss_fn(embeddings, labels)
+            value = self.loss_fn.loss(embeddings, labels)
+        elif self.miner is not None:
+            value = self.loss_fn(embeddings, labels, self.miner(embeddings, labels))
+        else:
+            value = self.loss_fn(embeddings, labels)
+        if self.sum_over_batch:
+            value = value / (batch_size or len(embeddings))
+        return value
 
     # The cross-batch memory keeps its queue position outside its state_dict: save it for resume.
     def get_extra_state(self):
@@ -151,6 +172,7 @@ def baseline_spec(baseline: PMLBaseline) -> MethodSpec:
     if baseline.memory:
         schema["memory_size"] = Field(int, 8192, min=1)
         schema["memory_warmup_steps"] = Field(int, 0, min=0, help="steps on the batch alone before the memory starts")
+        schema["reduction"] = REDUCTION_FIELD
     return MethodSpec(
         build=lambda setup: PMLMethod(setup, baseline),
         schema=schema,

@@ -17,7 +17,8 @@ A selector in front of a base loss. Per batch (Algorithm 1 of the paper):
    ``P_clean`` of the batch (R = the assumed noise rate); ``m`` is the mean of
    the last ``w`` values of ``Q`` (``w = 1``: TRM, keeps exactly the top
    ``B - floor(R * B)``). Samples with ``P_clean > m`` are kept. If none is, the
-   lowest ``floor(R * B)`` are dropped instead. ``R = 0`` keeps everything.
+   lowest ``floor(R * B)`` are dropped instead (the authors' code, not the paper; it also restarts the window
+   from ``Q_t``: ``fallback_window: reset``). ``R = 0`` keeps everything.
 3. Only kept samples are enqueued (memory and centres) and passed to the base
    loss: the memory contrastive loss of Eqs. 8-9 (``prism``: XBM's contrastive
    loss with margin lambda = 0.5 over the batch and the memory, the same loss
@@ -117,9 +118,11 @@ class SlidingThreshold(nn.Module):
     the fallback, and the fallback drops exactly the scorable samples: nothing scorable is ever kept.
     """
 
-    def __init__(self, noise_rate: float, window: int, keep_unscorable: bool = True):
+    def __init__(self, noise_rate: float, window: int, keep_unscorable: bool = True, reset_on_fallback: bool = False):
         super().__init__()
         self.noise_rate, self.window, self.keep_unscorable = noise_rate, window, keep_unscorable
+        #: the authors' code restarts the window from the batch's own Q_t when it falls back; the paper is silent
+        self.reset_on_fallback = reset_on_fallback
         self.register_buffer("values", torch.zeros(window, dtype=torch.float64))
         self.register_buffer("count", torch.zeros((), dtype=torch.long))
         #: whether the last call fell back to dropping the lowest floor(R * n_s) (nothing above the mean)
@@ -145,6 +148,10 @@ class SlidingThreshold(nn.Module):
             self.fell_back = True
             above = torch.zeros(len(scores), dtype=torch.bool, device=p_clean.device)
             above[torch.argsort(scores, descending=True, stable=True)[: len(scores) - k]] = True
+            if self.reset_on_fallback:  # the window restarts from this batch's Q_t alone
+                self.values.zero_()
+                self.values[0] = q
+                self.count.fill_(1)
         keep[torch.nonzero(scorable).squeeze(1)[above]] = True
         return keep, float(threshold)
 
@@ -159,6 +166,9 @@ PRISM_SCHEMA = {
     "unscorable": Field(str, "keep", choices=("keep", "drop"),
                         help="ours: samples whose class has no feature in the memory (no P_clean) are kept or dropped; "
                              "the threshold ranks scorable samples only"),
+    "fallback_window": Field(str, "keep", choices=("keep", "reset"),
+                             help="ours: keep = the window keeps its values when a batch falls back (nothing above "
+                                  "its mean); authors' code: reset = it restarts from that batch's Q_t alone"),
 }
 
 
@@ -171,12 +181,14 @@ class PrismMethod(Method):
 
         hp = setup.hparams
         base_hparams = {"loss": hp["loss"], "memory_size": hp["memory_size"], "miner": {}}
-        if BASELINES[base_name].memory:  # a base with XBM's memory has its warm-up in its schema (prism_spec)
+        if BASELINES[base_name].memory:  # a base with XBM's memory has its warm-up and reduction in prism_spec
             base_hparams["memory_warmup_steps"] = hp["memory_warmup_steps"]
+            base_hparams["reduction"] = hp["reduction"]
         self.base = PMLMethod(MethodSetup(base_hparams, setup.num_classes, setup.embedding_dim, setup.dataset_size,
                                           setup.train_labels, setup.seed), BASELINES[base_name])
         self.memory = ClassCentreMemory(hp["memory_size"], setup.embedding_dim, setup.num_classes)
-        self.threshold = SlidingThreshold(hp["noise_rate"], hp["window"], keep_unscorable=hp["unscorable"] == "keep")
+        self.threshold = SlidingThreshold(hp["noise_rate"], hp["window"], keep_unscorable=hp["unscorable"] == "keep",
+                                          reset_on_fallback=hp["fallback_window"] == "reset")
         # This epoch's visits of every row and how many of them were kept (the decisions to be judged, and
         # the export). Buffers, so a run restored from its last checkpoint exports the same decisions.
         self.register_buffer("visits", torch.zeros(setup.dataset_size, dtype=torch.long))
@@ -199,7 +211,7 @@ class PrismMethod(Method):
         extra, extra_logs = self.noise_loss(batch, keep)  # before the enqueue: the memory of earlier batches
         kept = batch.subset(keep)
         self.memory.enqueue(kept.embeddings, kept.labels, kept.index)  # lines 15-18: only kept samples, centres updated
-        value = self.base.loss_of(kept.embeddings, kept.labels, batch.step)
+        value = self.base.loss_of(kept.embeddings, kept.labels, batch.step, batch_size=len(batch.labels))
         if extra is not None:
             value = value + extra
         self.visits.index_add_(0, batch.index, torch.ones_like(batch.index))
@@ -242,8 +254,9 @@ class PrismMethod(Method):
         return float(self.hparams["lr_multiplier"])
 
 
-def prism_spec(base_name: str, description: str) -> MethodSpec:
-    from noisydml.methods.parts.pml import BASELINES, schema_from_defaults
+def selector_schema(base_name: str) -> dict[str, Field]:
+    """The hyper-parameters of PRISM's selector in front of the pml loss ``base_name`` (also SGPS's)."""
+    from noisydml.methods.parts.pml import BASELINES, REDUCTION_FIELD
 
     base = BASELINES[base_name]
     schema = {
@@ -253,9 +266,16 @@ def prism_spec(base_name: str, description: str) -> MethodSpec:
     }
     if base.memory:
         schema["memory_warmup_steps"] = Field(int, 0, min=0, help="steps before XBM's memory joins the loss (as mcl's)")
+        schema["reduction"] = REDUCTION_FIELD
+    return schema
+
+
+def prism_spec(base_name: str, description: str) -> MethodSpec:
+    from noisydml.methods.parts.pml import BASELINES, schema_from_defaults
+
     return MethodSpec(
         build=lambda setup: PrismMethod(setup, base_name),
-        schema=schema,
+        schema=selector_schema(base_name),
         description=description,
-        nested={"loss": schema_from_defaults(base.loss_defaults)},
+        nested={"loss": schema_from_defaults(BASELINES[base_name].loss_defaults)},
     )

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from noisydml.methods.base import Batch, Decisions, EpochContext, MethodSetup, MethodSpec
-from noisydml.methods.parts.prism_selection import PRISM_SCHEMA, PrismMethod
+from noisydml.methods.parts.prism_selection import PrismMethod, selector_schema
 from noisydml.methods.parts.sgm import run_sgm
 from noisydml.schema import Field, ParamsError
 
@@ -350,11 +350,7 @@ class SgpsMethod(PrismMethod):
 def sgps_spec(base_name: str, description: str) -> MethodSpec:
     from noisydml.methods.parts.pml import BASELINES, schema_from_defaults
 
-    base = BASELINES[base_name]
-    schema = {"loss": Field(dict, dict(base.loss_defaults)), "lr_multiplier": Field(float, base.lr_multiplier, min=0.0),
-              **PRISM_SCHEMA, **SGPS_SCHEMA}
-    if base.memory:
-        schema["memory_warmup_steps"] = Field(int, 0, min=0, help="steps before XBM's memory joins the loss (as mcl's)")
+    schema = {**selector_schema(base_name), **SGPS_SCHEMA}
 
     def validate(hp: dict, where: str) -> None:
         if hp["sgm"]["lambda_min"] > hp["sgm"]["lambda_max"]:
@@ -367,6 +363,6 @@ def sgps_spec(base_name: str, description: str) -> MethodSpec:
         build=lambda setup: SgpsMethod(setup, base_name),
         schema=schema,
         description=description,
-        nested={"loss": schema_from_defaults(base.loss_defaults), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA},
+        nested={"loss": schema_from_defaults(BASELINES[base_name].loss_defaults), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA},
         validate=validate,
     )

@@ -1,0 +1,72 @@
+"""Rehearsals: a paper profile's exact overrides through real `dvc exp run` on miniature stand-ins of its
+datasets (their real file formats) and random weights in the published key layout.
+
+The miniatures and the rehearsal's overrides are checked for every profile in the default run (seconds); the
+rehearsals themselves (minutes each) are marked ``rehearsal``: `python -m pytest -q -m rehearsal --dist load`."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from noisydml.pipeline.layout import Layout
+from noisydml.pipeline.prepare import prepare
+from noisydml.pipeline.download import download
+from noisydml.pipeline.profiles import load_profiles, params_after
+from noisydml.pipeline.rehearsal import miniature, rehearsal_overrides, rehearse, serve
+
+PROFILES = load_profiles(REPO / "profiles")
+
+
+@pytest.mark.parametrize("kind", ["cub200", "cars196", "sop", "inshop", "food101n", "cars98n"])
+def test_each_miniature_is_read_by_the_real_layout_with_its_counts(kind, tmp_path, raw_params):
+    files: dict[str, bytes] = {}
+    with serve(files) as base:
+        mini = miniature(kind, base)
+        files.update(mini.served)
+        archives = {}
+        for name, data in mini.archives.items():
+            files[f"/{name}"] = data
+            archives[name] = {"url": f"{base}/{name}", "sha256": __import__("hashlib").sha256(data).hexdigest()}
+        raw_params["datasets"] = {"d": {"kind": kind, "local_dir": "", "archives": archives, "expect": mini.expect}}
+        raw_params["grid"].update(datasets=["d"], run_noises=[])
+        raw_params["chains"], raw_params["noise_runs"] = {}, {}
+        raw_params["timing"]["dataset"] = "d"
+        raw_params["runtime"].update(progress=False, prepare_workers=1)
+        from noisydml.pipeline.check import validate_all
+
+        params = validate_all(raw_params)
+        download(params, "d", Layout(tmp_path))
+        info = prepare(params, "d", Layout(tmp_path))  # stops on any count other than the miniature's
+    assert info["num_train_samples"] == mini.expect["train_samples"]
+
+
+def test_every_profile_takes_the_rehearsal_overrides_through_dvc():
+    for name, profile in PROFILES.items():
+        params = params_after(profile["set"], REPO / "params.yaml")
+        try:
+            overrides = rehearsal_overrides(params, "http://127.0.0.1:1", {})
+        except ValueError as e:  # a dataset kind without a miniature
+            pytest.fail(f"{name}: {e}")
+        rehearsed = params_after(profile["set"] + overrides, REPO / "params.yaml")
+        assert rehearsed["report"]["rehearsal"] and rehearsed["train"]["epochs"] == 1
+        assert rehearsed["grid"]["methods"] == params["grid"]["methods"]  # every cell of the table still runs
+
+
+@pytest.mark.rehearsal
+@pytest.mark.parametrize("name, table, cells", [  # the longest first: two workers share three rehearsals
+    ("bspml/table1_cub_cars", ("BSPML", "Table 1"), 16),  # 8 methods x CUB and Cars (R@1)
+    ("sgps/table3_cars98n", ("SGPS", "Table III"), 12),
+    ("prism/table3_cars98n", ("PRISM", "Table 3"), 7),
+])
+def test_a_table_of_each_paper_is_rehearsed_through_dvc_exp_run(name, table, cells, tmp_path):
+    folder = rehearse(name, PROFILES[name], repo=REPO, folder=tmp_path / "repo", timeout=1800)
+    report = (folder / "reports" / "results.md").read_text()
+    assert "**Rehearsal**" in report
+    status = pd.read_csv(folder / "reports" / "paper_status.csv").set_index(["paper", "table"])
+    assert status.loc[table, "run on the paper's data"] == cells  # the table's cells are filled
+    experiments = subprocess.run([sys.executable, "-m", "dvc", "exp", "list", "--name-only"], cwd=folder,
+                                 capture_output=True, text=True, check=True).stdout
+    assert f"rehearsal-{name.replace('/', '-')}" in experiments
