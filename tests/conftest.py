@@ -158,6 +158,32 @@ def local_server():
         server.server_close()
 
 
+def serve_archives(server, files: dict[str, bytes]) -> dict:
+    """Serve ``files`` (archive name -> bytes) on ``local_server``; return the ``archives`` override of a
+    benchmark's dataset entry pointing at them."""
+    import hashlib
+
+    base, served = server
+    out = {}
+    for name, data in files.items():
+        served.files[f"/{name}"] = data
+        out[name] = {"url": f"{base}/{name}", "sha256": hashlib.sha256(data).hexdigest()}
+    return out
+
+
+def benchmark_params(raw, name: str, cfg: dict) -> dict:
+    """``raw`` params reduced to the one benchmark dataset ``name`` (entry ``cfg``), validated."""
+    from noisydml.pipeline.check import validate_all
+
+    raw["datasets"] = {name: cfg}
+    raw["grid"].update(datasets=[name], run_noises=[])
+    raw["chains"], raw["noise_runs"] = {}, {}
+    raw["timing"]["dataset"] = name
+    raw["runtime"].update(progress=False, prepare_workers=1)
+    raw["train"]["batch"] = {"classes": 2, "per_class": 2}
+    return validate_all(raw)
+
+
 # archives built in memory: the rehearsal's (noisydml.pipeline.rehearsal), which builds the datasets' miniatures
 from noisydml.pipeline.rehearsal import tar_bytes, zip_bytes  # noqa: E402
 

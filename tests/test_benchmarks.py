@@ -2,7 +2,6 @@
 downloaded, verified, extracted and prepared by the stages, with the official split and the count check (scaled
 to the fixture through ``expect``)."""
 
-import hashlib
 import io
 import tarfile
 
@@ -10,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import jpeg_bytes, tar_bytes, zip_bytes
+from conftest import benchmark_params, jpeg_bytes, serve_archives, tar_bytes, zip_bytes
 from noisydml.data import DatasetError
 from noisydml.data.benchmarks import BENCHMARKS
 from noisydml.data.download import DownloadError
@@ -19,26 +18,6 @@ from noisydml.pipeline.check import validate_all
 from noisydml.pipeline.download import download
 from noisydml.pipeline.layout import Layout
 from noisydml.pipeline.prepare import prepare
-
-
-def _serve(server, files: dict[str, bytes]) -> dict:
-    """Serve ``files`` (archive name -> bytes); return the ``archives`` override pointing at them."""
-    base, served = server
-    out = {}
-    for name, data in files.items():
-        served.files[f"/{name}"] = data
-        out[name] = {"url": f"{base}/{name}", "sha256": hashlib.sha256(data).hexdigest()}
-    return out
-
-
-def _params(raw, name: str, cfg: dict) -> dict:
-    raw["datasets"] = {name: cfg}
-    raw["grid"].update(datasets=[name], run_noises=[])
-    raw["chains"], raw["noise_runs"] = {}, {}
-    raw["timing"]["dataset"] = name
-    raw["runtime"].update(progress=False, prepare_workers=1)
-    raw["train"]["batch"] = {"classes": 2, "per_class": 2}
-    return validate_all(raw)
 
 
 def _run(params, name, tmp_path):
@@ -67,9 +46,9 @@ def test_cub200(tmp_path, raw_params, local_server):
     members["CUB_200_2011/images.txt"] = ("\n".join(images) + "\n").encode()
     members["CUB_200_2011/image_class_labels.txt"] = ("\n".join(labels) + "\n").encode()
     members["CUB_200_2011/classes.txt"] = "".join(f"{c} {n}\n" for c, n in classes.items()).encode()
-    archives = _serve(local_server, {"CUB_200_2011.tgz": tar_bytes(members)})
+    archives = serve_archives(local_server, {"CUB_200_2011.tgz": tar_bytes(members)})
     expect = {"train_samples": 6, "test_samples": 6, "train_classes": 2, "test_classes": 2}
-    params = _params(raw_params, "cub", {"kind": "cub200", "archives": archives, "expect": expect})
+    params = benchmark_params(raw_params, "cub", {"kind": "cub200", "archives": archives, "expect": expect})
     record, info, ds = _run(params, "cub", tmp_path)
     assert record["archives"][0]["verified"] and info["storage"] == "files"
     assert _counts(ds) == {"test": (6, 2), "train": (6, 2)}
@@ -77,13 +56,13 @@ def test_cub200(tmp_path, raw_params, local_server):
     first = ds.manifest.iloc[0]
     assert (tmp_path / ds.info["images_root"] / first["path"]).is_file() and first["width"] == 20
     # the official counts are checked: the unscaled check stops, naming both figures
-    params = _params(raw_params, "cub", {"kind": "cub200", "archives": archives})
+    params = benchmark_params(raw_params, "cub", {"kind": "cub200", "archives": archives})
     with pytest.raises(DatasetError, match="train samples: the official count is 5,864, the files give 6"):
         prepare(params, "cub", Layout(tmp_path))
     # a re-run of the download stage fetches nothing
     _, served = local_server
     before = len(served.log)
-    download(_params(raw_params, "cub", {"kind": "cub200", "archives": archives, "expect": expect}), "cub",
+    download(benchmark_params(raw_params, "cub", {"kind": "cub200", "archives": archives, "expect": expect}), "cub",
              Layout(tmp_path))
     assert len(served.log) == before
 
@@ -110,9 +89,9 @@ def _cars196_files(classes=(1, 2, 99, 100), per_class=2) -> dict[str, bytes]:
 
 
 def test_cars196(tmp_path, raw_params, local_server):
-    archives = _serve(local_server, _cars196_files())
+    archives = serve_archives(local_server, _cars196_files())
     expect = {"train_samples": 4, "test_samples": 4, "train_classes": 2, "test_classes": 2}
-    params = _params(raw_params, "cars", {"kind": "cars196", "archives": archives, "expect": expect})
+    params = benchmark_params(raw_params, "cars", {"kind": "cars196", "archives": archives, "expect": expect})
     record, _, ds = _run(params, "cars", tmp_path)
     assert _counts(ds) == {"test": (4, 2), "train": (4, 2)}
     assert set(ds.split("test")["class_name"]) == {"99", "100"}
@@ -132,9 +111,9 @@ def test_sop_numeric_labels_follow_the_official_lists(tmp_path, raw_params, loca
     for part, name in (("train", "Ebay_train.txt"), ("test", "Ebay_test.txt")):
         members[f"Stanford_Online_Products/{name}"] = ("image_id class_id super_class_id path\n"
                                                         + "\n".join(lists[part]) + "\n").encode()
-    archives = _serve(local_server, {"Stanford_Online_Products.zip": zip_bytes(members)})
+    archives = serve_archives(local_server, {"Stanford_Online_Products.zip": zip_bytes(members)})
     expect = {"train_samples": 6, "test_samples": 4, "train_classes": 3, "test_classes": 2}
-    params = _params(raw_params, "sop", {"kind": "sop", "archives": archives, "expect": expect})
+    params = benchmark_params(raw_params, "sop", {"kind": "sop", "archives": archives, "expect": expect})
     _, _, ds = _run(params, "sop", tmp_path)
     assert set(ds.split("train")["class_name"]) == {"1", "2", "10"}
     order = ds.manifest.groupby("class_name")["label"].first()
@@ -155,7 +134,7 @@ def test_inshop_query_gallery_from_its_partition_list_given_by_hand(tmp_path, ra
                                                        + "\n".join(lines) + "\n")
     expect = {"train_samples": 4, "query_samples": 2, "gallery_samples": 4, "train_classes": 2,
               "query_classes": 2, "gallery_classes": 2}
-    params = _params(raw_params, "shop", {"kind": "inshop", "expect": expect})
+    params = benchmark_params(raw_params, "shop", {"kind": "inshop", "expect": expect})
     record, info, ds = _run(params, "shop", tmp_path)
     assert _counts(ds) == {"gallery": (4, 2), "query": (2, 2), "train": (4, 2)}
     assert not any(a["verified"] for a in record["archives"])  # nothing pinned: recorded, and said so
@@ -163,7 +142,7 @@ def test_inshop_query_gallery_from_its_partition_list_given_by_hand(tmp_path, ra
 
 
 def test_an_owner_only_dataset_without_its_files_says_where_to_put_them(tmp_path, raw_params):
-    params = _params(raw_params, "shop", {"kind": "inshop"})
+    params = benchmark_params(raw_params, "shop", {"kind": "inshop"})
     with pytest.raises(DownloadError) as e:
         download(params, "shop", Layout(tmp_path))
     assert "on request from the DeepFashion authors" in str(e.value)
@@ -197,22 +176,22 @@ def test_food101n_first_50_classes_train_with_verification_flags(tmp_path, raw_p
             (test_txt if i == 0 else train_txt).append(key)
     food["food-101/meta/train.txt"] = ("\n".join(train_txt) + "\n").encode()
     food["food-101/meta/test.txt"] = ("\n".join(test_txt) + "\n").encode()
-    archives = _serve(local_server, {"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)})
+    archives = serve_archives(local_server, {"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)})
     expect = {"train_samples": 100, "test_samples": 6, "test_classes": 2}
-    params = _params(raw_params, "food", {"kind": "food101n", "archives": archives, "expect": expect})
+    params = benchmark_params(raw_params, "food", {"kind": "food101n", "archives": archives, "expect": expect})
     _, info, ds = _run(params, "food", tmp_path)
     assert _counts(ds) == {"test": (6, 2), "train": (100, 50)}
     assert set(ds.split("test")["class_name"]) == {"dish_50", "dish_51"}
     flags = ds.split("train")["is_clean"]
     assert flags.notna().sum() == 6 and flags.sum() == 3  # verified flags kept; unverified stay unknown
     # Food-101's own test split only
-    params = _params(raw_params, "food", {"kind": "food101n", "archives": archives, "test_images": "test",
+    params = benchmark_params(raw_params, "food", {"kind": "food101n", "archives": archives, "test_images": "test",
                                           "expect": {**expect, "test_samples": 2}})
     assert prepare(params, "food", Layout(tmp_path))["num_test_samples"] == 2
     # Food-101N's classes must be Food-101's
     food["food-101/meta/classes.txt"] = ("\n".join(sorted(names[:-1] + ["pho"])) + "\n").encode()
-    archives = _serve(local_server, {"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)})
-    params = _params(raw_params, "food", {"kind": "food101n", "archives": archives, "expect": expect})
+    archives = serve_archives(local_server, {"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)})
+    params = benchmark_params(raw_params, "food", {"kind": "food101n", "archives": archives, "expect": expect})
     with pytest.raises(DatasetError, match="its classes are not Food-101's.*first difference: 'dish_51'"):
         _run(params, "food", tmp_path / "other")
 
@@ -237,9 +216,9 @@ def test_cars98n_fetches_its_url_list_and_records_dead_links(tmp_path, raw_param
     rows.append(f"{base}/web/page.jpg,1")
     rows.append(f"{base}/web/0_0.jpg,1")  # the same image name under another class is kept apart
     lst = ("\n".join(rows) + "\n").encode()
-    archives = _serve(local_server, {"CARS_98N_list.csv": lst, **_cars196_files()})
+    archives = serve_archives(local_server, {"CARS_98N_list.csv": lst, **_cars196_files()})
     expect = {"train_samples": 7, "train_classes": 2, "test_samples": 4, "test_classes": 2}
-    params = _params(raw_params, "carsn", {"kind": "cars98n", "archives": archives, "expect": expect,
+    params = benchmark_params(raw_params, "carsn", {"kind": "cars98n", "archives": archives, "expect": expect,
                                            "retries": 0, "fetch_workers": 2})
     record, _, ds = _run(params, "carsn", tmp_path)
     assert record["fetched"] == {"listed": 9, "available": 7, "ok": 7, "dead": 1, "not_image": 1}
@@ -274,7 +253,7 @@ def test_clothing1m_shares_its_classes_and_keeps_verified_flags(tmp_path, raw_pa
            "annotations/clean_test_key_list.txt": "\n".join(test_keys) + "\n"}
     (downloads / "annotations.zip").write_bytes(zip_bytes({k: v.encode() for k, v in ann.items()}))
     expect = {"train_samples": 2, "test_samples": 2, "train_classes": 2, "test_classes": 2}
-    params = _params(raw_params, "cloth", {"kind": "clothing1m", "expect": expect})
+    params = benchmark_params(raw_params, "cloth", {"kind": "clothing1m", "expect": expect})
     _, _, ds = _run(params, "cloth", tmp_path)
     assert _counts(ds) == {"test": (2, 2), "train": (2, 2)}  # the same 2 classes on both sides
     train = ds.split("train")
@@ -288,7 +267,7 @@ def test_local_dir_reads_an_extracted_copy_without_downloading(tmp_path, raw_par
         tf.extractall(root, filter="data")
     (root / "cars_annos.mat").write_bytes(files["cars_annos.mat"])
     expect = {"train_samples": 4, "test_samples": 4, "train_classes": 2, "test_classes": 2}
-    params = _params(raw_params, "cars", {"kind": "cars196", "local_dir": str(root), "expect": expect})
+    params = benchmark_params(raw_params, "cars", {"kind": "cars196", "local_dir": str(root), "expect": expect})
     record, _, ds = _run(params, "cars", tmp_path)
     assert "nothing downloaded" in record["note"] and len(ds.manifest) == 8
 
@@ -297,9 +276,9 @@ def test_params_name_the_wrong_key(raw_params):
     from noisydml.schema import ParamsError
 
     with pytest.raises(ParamsError, match=r"datasets.cub.expect: 'train_images' is not a count; allowed: "):
-        _params(raw_params, "cub", {"kind": "cub200", "expect": {"train_images": 3}})
+        benchmark_params(raw_params, "cub", {"kind": "cub200", "expect": {"train_images": 3}})
     with pytest.raises(ParamsError, match=r"datasets.cub.archives: 'cub.tgz' is not one of cub200's files"):
-        _params(raw_params, "cub", {"kind": "cub200", "archives": {"cub.tgz": {"url": "x"}}})
+        benchmark_params(raw_params, "cub", {"kind": "cub200", "archives": {"cub.tgz": {"url": "x"}}})
 
 
 def test_the_embedded_dataset_downloads_nothing(tmp_path, raw_params):

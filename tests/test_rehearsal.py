@@ -10,36 +10,26 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, benchmark_params, serve_archives
 from noisydml.pipeline.layout import Layout
 from noisydml.pipeline.prepare import prepare
 from noisydml.pipeline.download import download
 from noisydml.pipeline.profiles import load_profiles, params_after
-from noisydml.pipeline.rehearsal import miniature, rehearsal_overrides, rehearse, serve
+from noisydml.pipeline.rehearsal import miniature, rehearsal_overrides, rehearse
 
 PROFILES = load_profiles(REPO / "profiles")
 
 
 @pytest.mark.parametrize("kind", ["cub200", "cars196", "sop", "inshop", "food101n", "cars98n"])
-def test_each_miniature_is_read_by_the_real_layout_with_its_counts(kind, tmp_path, raw_params):
-    files: dict[str, bytes] = {}
-    with serve(files) as base:
-        mini = miniature(kind, base)
-        files.update(mini.served)
-        archives = {}
-        for name, data in mini.archives.items():
-            files[f"/{name}"] = data
-            archives[name] = {"url": f"{base}/{name}", "sha256": __import__("hashlib").sha256(data).hexdigest()}
-        raw_params["datasets"] = {"d": {"kind": kind, "local_dir": "", "archives": archives, "expect": mini.expect}}
-        raw_params["grid"].update(datasets=["d"], run_noises=[])
-        raw_params["chains"], raw_params["noise_runs"] = {}, {}
-        raw_params["timing"]["dataset"] = "d"
-        raw_params["runtime"].update(progress=False, prepare_workers=1)
-        from noisydml.pipeline.check import validate_all
-
-        params = validate_all(raw_params)
-        download(params, "d", Layout(tmp_path))
-        info = prepare(params, "d", Layout(tmp_path))  # stops on any count other than the miniature's
+def test_each_miniature_is_read_by_the_real_layout_with_its_counts(kind, tmp_path, raw_params, local_server):
+    base, served = local_server
+    mini = miniature(kind, base)
+    served.files.update(mini.served)
+    archives = serve_archives(local_server, mini.archives)
+    params = benchmark_params(raw_params, "d", {"kind": kind, "local_dir": "", "archives": archives,
+                                                "expect": mini.expect})
+    download(params, "d", Layout(tmp_path))
+    info = prepare(params, "d", Layout(tmp_path))  # stops on any count other than the miniature's
     assert info["num_train_samples"] == mini.expect["train_samples"]
 
 
