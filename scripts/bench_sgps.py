@@ -6,9 +6,11 @@
    around 11,318 class centres, half the labels flipped at random (so the noisy rows are outliers of their
    labelled class and Alg. 2 has real cross-class merging to do), with params.yaml's sgps.sgm settings.
 2. SGPS's per-step overhead over PRISM with the default backbone and batch (params.yaml's train section), on
-   glyph-sized images: the same batches through forward, loss, backward and the optimizer step, PRISM then SGPS,
-   alternated over ``--repeats`` rounds (the median is reported). SGPS's SGM labels are made once beforehand,
-   as between two of its epoch-boundary passes; the SGM pass itself is amortised over an epoch (printed apart).
+   glyph-sized images: the same batches through forward, loss, backward and the optimizer step, PRISM, SGPS with
+   the bank's positives and SGPS with forwarded positives (``positive_source: forward``: K extra images per item
+   in the same pass, as the trainer does), alternated over ``--repeats`` rounds (the median is reported). SGPS's
+   SGM labels are made once beforehand, as between two of its epoch-boundary passes; the SGM pass itself is
+   amortised over an epoch (printed apart).
 """
 
 from __future__ import annotations
@@ -63,14 +65,18 @@ def bench_steps(args, params: dict) -> None:
     labels = np.repeat(np.arange(classes), n // classes)
     batch_size = train["batch"]["classes"] * train["batch"]["per_class"]
     batches = [rng.choice(n, batch_size, replace=False) for _ in range(args.steps)]
-    timings = {"prism": [], "sgps": []}
+    variants = {"prism": ("prism", "bank"), "sgps": ("sgps", "bank"), "sgps_forward": ("sgps", "forward")}
+    timings = {name: [] for name in variants}
     setups = {}
-    for name in ("prism", "sgps"):
-        hp = check_method(copy.deepcopy(params), name)
+    for name, (method_name, source) in variants.items():
+        params_ = copy.deepcopy(params)
+        if method_name == "sgps":
+            params_["methods"]["sgps"]["positive_source"] = source
+        hp = check_method(params_, method_name)
         torch.manual_seed(0)
         model = build_model(train, in_channels=1)
-        method = build_method(name, MethodSetup(hp, classes, train["embedding_dim"], n, labels, seed=0))
-        if name == "sgps":
+        method = build_method(method_name, MethodSetup(hp, classes, train["embedding_dim"], n, labels, seed=0))
+        if method_name == "sgps":
             with torch.no_grad():
                 model.eval()
                 bank = torch.cat([model(images[i:i + 512]) for i in range(0, n, 512)])
@@ -94,23 +100,35 @@ def bench_steps(args, params: dict) -> None:
         t = time.perf_counter()
         for k, idx in enumerate(batches):
             index = torch.from_numpy(idx)
-            emb, feats = model.forward_with_features(images[index])
-            batch = Batch(emb, feats, labels_t[index], index, index, step=step0 + k, epoch=0)
+            extra_rows = method.extra_samples(idx, 0, step0 + k)
+            rows = idx if extra_rows is None else np.concatenate([idx, extra_rows])
+            emb, feats = model.forward_with_features(images[torch.from_numpy(rows)])
+            extra = None
+            if extra_rows is not None:  # one training-mode pass over batch + positives, as the trainer does
+                extra_index = torch.from_numpy(extra_rows)
+                extra = Batch(emb[len(idx):], feats[len(idx):], labels_t[extra_index], extra_index, extra_index,
+                              step=step0 + k, epoch=0)
+                emb, feats = emb[:len(idx)], feats[:len(idx)]
+            batch = Batch(emb, feats, labels_t[index], index, index, step=step0 + k, epoch=0, extra=extra)
             loss, _ = method.loss(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
         return (time.perf_counter() - t) / len(batches)
 
-    for name in ("prism", "sgps"):
+    for name in variants:
         run(name, 0)  # warm-up: memories fill, PCS starts rejecting
     for r in range(args.repeats):
-        for name in ("prism", "sgps"):
+        for name in variants:
             timings[name].append(run(name, (r + 1) * args.steps))
-    prism, sgps = np.median(timings["prism"]), np.median(timings["sgps"])
+    median = {name: np.median(t) for name, t in timings.items()}
+    k = params["methods"]["sgps"]["positives_per_sample"]
     print(f"per step, batch {batch_size}, backbone {train['backbone']} width {train['backbone_width']}, "
           f"{train['embedding_dim']}-d, torch threads {torch.get_num_threads()} (median of {args.repeats} x "
-          f"{args.steps} steps): PRISM {1000 * prism:.1f} ms, SGPS {1000 * sgps:.1f} ms, ratio {sgps / prism:.3f}")
+          f"{args.steps} steps): PRISM {1000 * median['prism']:.1f} ms, SGPS (bank positives) "
+          f"{1000 * median['sgps']:.1f} ms (x{median['sgps'] / median['prism']:.3f}), SGPS (forwarded positives, "
+          f"{batch_size} + {k} x {batch_size} images) {1000 * median['sgps_forward']:.1f} ms "
+          f"(x{median['sgps_forward'] / median['prism']:.3f})")
 
 
 def main() -> None:

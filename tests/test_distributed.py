@@ -42,10 +42,14 @@ def _spec(method: str, epochs: int = 3) -> RunSpec:
     cfg = copy.deepcopy(PARAMS["train"])
     cfg.update({"epochs": epochs, "batch": {"classes": 3, "per_class": 2}, "backbone_width": 4, "embedding_dim": 8,
                 "frozen_bn": True, "eval_every": 1})
-    hp = copy.deepcopy(PARAMS["methods"][method])
+    name = "sgps" if method == "sgps_forward" else method
+    hp = copy.deepcopy(PARAMS["methods"][name])
     if "memory_size" in hp:
         hp["memory_size"] = 24
-    return RunSpec(method, hp, cfg, seed=5, data_fingerprint="test")
+    if method == "sgps_forward":  # positives forwarded with the batch from SGM's first round, epoch 1
+        hp.update(positive_source="forward", positives_per_sample=2)
+        hp["sgm"].update(start_epoch=1)
+    return RunSpec(name, hp, cfg, seed=5, data_fingerprint="test")
 
 
 def _summary(result) -> dict:
@@ -89,11 +93,12 @@ def prism_on_two_processes(tmp_path_factory):
     return _two_processes(folder, "prism", folder / "whole.pt")
 
 
-@pytest.mark.parametrize("method", ["prism", "proxy_anchor"])
+@pytest.mark.parametrize("method", ["prism", "proxy_anchor", "sgps_forward"])
 def test_two_processes_follow_the_one_process_run(tmp_path, method, request):
     """prism: the class-centre memory and XBM filled from the gathered batch; proxy_anchor: proxies (a method's
-    own parameters, averaged over ranks). Same losses to tolerance; every buffer and parameter identical across
-    ranks, bit for bit."""
+    own parameters, averaged over ranks); sgps_forward: extra rows (Method.extra_samples) split over the ranks and
+    gathered back in order. Same losses to tolerance; every buffer and parameter identical across ranks, bit for
+    bit."""
     one = _one_process(tmp_path, method)
     rank0, rank1 = (request.getfixturevalue("prism_on_two_processes") if method == "prism"
                     else _two_processes(tmp_path, method, tmp_path / f"{method}-two.pt"))
@@ -118,6 +123,8 @@ def test_two_processes_follow_the_one_process_run(tmp_path, method, request):
     assert "distributed" not in one["device"]["gpu_settings"]
     if method == "prism":  # the memory is not empty: the comparison above compared something
         assert int((rank0["method"]["memory.labels"] >= 0).sum()) > 0
+    if method == "sgps_forward":  # L_noise ran on forwarded positives
+        assert max(h["sgps_noise_batch"] for h in rank0["history"]) > 0
 
 
 def test_two_processes_resume_after_a_kill(tmp_path, prism_on_two_processes):

@@ -101,3 +101,26 @@ def test_a_run_with_extra_rows_resumes_bit_exactly(monkeypatch, data, tmp_path):
 def test_a_bad_request_names_the_method_and_the_problem(monkeypatch, data, tmp_path, bad, message):
     with pytest.raises(ValueError, match=f"ms.extra_samples\\(\\): .*{message}"):
         _fit(monkeypatch, data, tmp_path / "c.pt", bad=bad)
+
+
+def _sgps_spec():
+    from noisydml.config import load_params
+
+    spec = _spec()
+    hp = copy.deepcopy(load_params(REPO / "params.yaml")["methods"]["sgps"])
+    hp.update(positive_source="forward", memory_size=32, positives_per_sample=2)
+    hp["sgm"].update(start_epoch=1)
+    return RunSpec("sgps", hp, {**spec.train, "epochs": 3}, seed=3, data_fingerprint="test")
+
+
+def test_sgps_forwards_its_positives_through_the_trainer_and_resumes_bit_exactly(data, tmp_path):
+    """The real method behind the extension point: from SGM's first round (epoch 1) every step forwards K
+    positives per item, and L_noise trains on their embeddings; a killed run resumes bit-exactly."""
+    whole = Trainer(_sgps_spec(), *data, checkpoint_path=tmp_path / "a.pt", runtime=RUNTIME).fit()
+    noise = [h["sgps_noise_batch"] for h in whole.history]
+    assert noise[0] == 0.0 and max(noise[1:]) > 0  # no positives before SGM; L_noise once it ran
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(_sgps_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME, stop_after_epoch=2).fit()
+    resumed = Trainer(_sgps_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME).fit()
+    assert resumed.resumed_from_epoch == 2
+    assert torch.equal(resumed.test_embeddings, whole.test_embeddings)

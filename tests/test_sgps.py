@@ -217,6 +217,55 @@ def test_l_noise_matches_a_direct_computation_of_eqs_13_to_16():
     assert emb.grad is not None and emb.grad[1].abs().sum() > 0
 
 
+def _grouped(m, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    m.bank.copy_(F.normalize(torch.randn(12, 4, generator=g), dim=1))
+    m.bottom_up_labels.copy_(torch.tensor([0, 0, 1, 1, 2, 2, 0, 3, 3, 4, 4, 4]))
+    m.top_down_labels.copy_(torch.tensor([0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0]))
+    m.sgm_round.fill_(1)
+    m._set_pools()
+    return g
+
+
+def test_forwarded_positives_are_drawn_for_every_item_and_carry_the_gradient():
+    """positive_source forward (the authors' loader): K positives per batch item asked before the forward; the
+    rejected items' prototypes are built from those rows' forwarded embeddings, not the bank, with gradient."""
+    m, labels = _method(gamma_batch=1.0, gamma_bank=0.0, temperature=0.1, margin=0.2, ppm="mean",
+                        positives_per_sample=3, positive_source="forward")
+    rows = np.array([0, 3, 6, 9])
+    m.sgm_round.fill_(0)
+    assert m.extra_samples(rows, 0, 7) is None  # no subgroups yet: nothing extra
+    g = _grouped(m)
+    extra_rows = m.extra_samples(rows, 1, 7)
+    drawn, _ = m.draw_positives(rows, 7)
+    assert extra_rows.shape == (12,) and np.array_equal(extra_rows, drawn.reshape(-1))  # every item has candidates
+    index = torch.as_tensor(rows)
+    emb = F.normalize(torch.randn(4, 4, generator=g), dim=1).requires_grad_(True)
+    extra_emb = F.normalize(torch.randn(12, 4, generator=g), dim=1).requires_grad_(True)  # not the bank's
+    extra_index = torch.as_tensor(extra_rows)
+    extra = Batch(extra_emb, extra_emb, torch.as_tensor(labels[extra_rows]), extra_index, extra_index, 7, 1)
+    batch = Batch(emb, emb, torch.as_tensor(labels[rows]), index, index, step=7, epoch=1, extra=extra)
+    keep = torch.tensor([True, False, True, False])
+    value, _ = m.noise_loss(batch, keep)
+    cb, ct = m.bottom_up_labels.numpy(), m.top_down_labels.numpy()
+    total = 0.0
+    for a in (1, 3):
+        r, z = rows[a], emb[a].detach()
+        proto = F.normalize(extra_emb[3 * a:3 * a + 3].detach().mean(0), dim=0)
+        p = (float(z @ proto) - 0.2) / 0.1
+        negs = [float(z @ emb[j].detach()) / 0.1 for j, rj in enumerate(rows)
+                if labels[rj] != labels[r] and cb[rj] != cb[r] and ct[rj] != ct[r]]
+        total += -p + np.log(np.exp(p) + sum(np.exp(v) for v in negs))
+    assert value.item() == pytest.approx(total / 2, rel=1e-5)
+    assert np.array_equal(m.drawn[torch.as_tensor(rows[[1, 3]])].numpy(), drawn[[1, 3]])
+    value.backward()
+    moved = extra_emb.grad.abs().sum(1).reshape(4, 3).sum(1)
+    assert (moved[[1, 3]] > 0).all() and (moved[[0, 2]] == 0).all()  # only the rejected items' positives
+    # a batch without the rows extra_samples asked for is refused, not silently read from the bank
+    with pytest.raises(RuntimeError, match="extra_samples"):
+        m.noise_loss(Batch(emb, emb, batch.labels, index, index, step=7, epoch=1), keep)
+
+
 def test_feature_bank_momentum_weights_the_new_feature():
     m, labels = _method(bank_momentum=0.9)
     old = F.normalize(torch.tensor([[1.0, 0, 0, 0]]), dim=1)

@@ -120,23 +120,29 @@ def _images(params: dict, dataset: str) -> tuple[int, int]:
 def estimate(params: dict) -> dict[str, float]:
     """The profile's iterations per run (the largest) and its GPU hours under the assumptions above: per run,
     iterations x batch at the GPU or decode rate (the slower), plus evaluations (every ``eval_every`` epochs and the
-    last; one training-set pass; SGPS two more, BSPML one per epoch) at 3x, plus a fixed cost per step."""
+    last; one training-set pass; SGPS two more, BSPML one per epoch) at 3x, plus a fixed cost per step. SGPS with
+    ``positive_source: forward`` trains on K more images per batch item from its first SGM epoch."""
     from noisydml.engine.trainer import steps_per_epoch
     from noisydml.runs import runs_of
 
     decode = DECODE_IMAGES_PER_S * DECODE_PROCESSES
     seconds, most = 0.0, 0
     for run in runs_of(params):
-        train_cfg = run.params(params)["train"]
+        run_params = run.params(params)
+        train_cfg, method = run_params["train"], run_params["methods"][run.method]
         batch = train_cfg["batch"]["classes"] * train_cfg["batch"]["per_class"]
         train_images, test_images = _images(params, run.dataset)
         iterations = train_cfg["epochs"] * steps_per_epoch(train_images, batch)
+        trained = iterations * batch
+        if method.get("positive_source") == "forward":
+            forwarded_epochs = max(0, train_cfg["epochs"] - method["sgm"]["start_epoch"])
+            trained += forwarded_epochs * steps_per_epoch(train_images, batch) * batch * method["positives_per_sample"]
         most = max(most, iterations)
         rate = min(GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]], decode)
         evals = train_cfg["epochs"] // max(1, train_cfg["eval_every"]) + 1
         passes = 1 + (2 if run.method.startswith("sgps") else 0) + (train_cfg["epochs"] if run.method == "bspml" else 0)
         eval_rate = min(3 * GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]], decode)
-        seconds += (iterations * batch / rate + iterations * STEP_OVERHEAD_S
+        seconds += (trained / rate + iterations * STEP_OVERHEAD_S
                     + (evals * test_images + passes * train_images) / eval_rate)
     return {"iterations": most, "gpu_hours": seconds / 3600}
 

@@ -13,8 +13,14 @@ PRISM. What PRISM throws away, SGPS uses:
   paper's asynchronous server would break bit-exact resume), seeded by (seed, round).
 - **Positives** (Sec. III-E): for every rejected sample, K (= 4, Sec. IV-E) rows drawn from its ``c^B``- and/or
   ``c^T``-mates (``positives``: both = the union, A3; bottom_up / top_down for Fig. 5a), self excluded, without
-  replacement (with replacement when fewer than K), seeded by (seed, step); their features are the bank's,
-  detached (A2: no extra forward pass, so Table VI's overhead is the SGM and PPM work only).
+  replacement (with replacement when fewer than K), seeded by (seed, step). Their embeddings (``positive_source``,
+  A2): ``bank`` (ours) the feature bank's, detached -- no extra forward pass, so Table VI's overhead is the SGM and
+  PPM work only; ``forward`` (the authors' code, and Sec. IV-E's runtime text, "extra K positive samples selected
+  by SGM") K positives drawn for *every* batch item before PCS decides (it cannot know the rejected ones before the
+  forward), their images loaded and forwarded with the batch in one training-mode pass
+  (:meth:`~noisydml.methods.base.Method.extra_samples`), with gradient; the rejected items' positives feed the
+  prototypes. Only the batch's own rows update the bank and the memory (ours; the authors' memory likewise never
+  takes the positives' images).
 - **PPM** (Eqs. 7-9, TransProto): Mean, Max (the positive most similar to the anchor), SoftMax (weights
   ``softmax(mean_k (F F^T - I))``, Eq. 9, no temperature), or TransProto: ``layers`` pre-LN transformer decoder
   blocks over the K positive tokens (self-attention, cross-attention to ``conditioning`` bank features of the
@@ -49,6 +55,7 @@ from noisydml.schema import Field, ParamsError
 
 PPMS = ("softmax", "mean", "max", "transproto")
 POSITIVE_RULES = ("both", "bottom_up", "top_down")
+POSITIVE_SOURCES = ("bank", "forward")
 
 SGM_SCHEMA = {
     "lambda_max": Field(float, 0.6, min=-1.0, max=1.0,
@@ -74,6 +81,9 @@ TRANSPROTO_SCHEMA = {
 }
 SGPS_SCHEMA = {
     "positives_per_sample": Field(int, 4, min=1, help="K: positives per rejected sample (Sec. IV-E: 4)"),
+    "positive_source": Field(str, "bank", choices=POSITIVE_SOURCES,
+                             help="the positives' embeddings: the feature bank's, detached (A2, ours) or K extra "
+                                  "images per batch item forwarded with gradient (forward: the authors' code)"),
     "positives": Field(str, "both", choices=POSITIVE_RULES,
                        help="candidates: c^B- and c^T-mates (both, A3) or one side only (Fig. 5a)"),
     "ppm": Field(str, "softmax", choices=PPMS, help="the prototype (Eqs. 7-9 or TransProto; A23: softmax)"),
@@ -166,6 +176,8 @@ class SgpsMethod(PrismMethod):
         tp = hp["transproto"]
         self.transproto = TransProto(d, tp["layers"], tp["heads"], tp["ffn_factor"]) if hp["ppm"] == "transproto" else None
         self._pools: tuple[Groups, ...] = ()
+        #: positive_source forward: (batch rows, their positives, conditioning) drawn by extra_samples this step
+        self._forwarded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ SGM
 
@@ -244,6 +256,35 @@ class SgpsMethod(PrismMethod):
             conditioning[count == 0] = -1
         return positives, conditioning
 
+    def extra_samples(self, rows: np.ndarray, epoch: int, step: int) -> np.ndarray | None:
+        """``positive_source: forward``: K positives for every batch row (the authors' loader: 64 items -> 320
+        images), flattened row by row; a row without candidates forwards itself K times as a placeholder (never
+        used: it has no positive). Before the first SGM round there are no subgroups: nothing extra."""
+        self._forwarded = None
+        if self.hparams["positive_source"] != "forward" or int(self.sgm_round) == 0:
+            return None
+        positives, conditioning = self.draw_positives(rows, step)
+        self._forwarded = (rows.copy(), positives, conditioning)
+        return np.where(positives >= 0, positives, rows[:, None]).reshape(-1)
+
+    def _positive_embeddings(self, batch: Batch, anchors: torch.Tensor, rows: np.ndarray):
+        """The drawn positives (A, K) and conditioning of the anchors (batch positions ``anchors``, training rows
+        ``rows``), and the positives' embeddings as a callable of a mask over anchors: bank features (detached)
+        or the forwarded images' embeddings (with gradient)."""
+        if self.hparams["positive_source"] == "bank":
+            positives, conditioning = self.draw_positives(rows, batch.step)
+            return positives, conditioning, lambda keep: self.bank[torch.from_numpy(positives[keep]).to(self.bank.device)]
+        forwarded, extra = self._forwarded, batch.extra
+        k = self.hparams["positives_per_sample"]
+        if forwarded is None or extra is None or not np.array_equal(forwarded[0], batch.index.cpu().numpy()) \
+                or len(extra.index) != k * len(batch.index):
+            raise RuntimeError("sgps positive_source forward: the batch did not come with the positives "
+                               "extra_samples() asked for (a trainer that does not forward Method.extra_samples?)")
+        at = anchors.cpu().numpy()
+        positives, conditioning = forwarded[1][at], forwarded[2][at]
+        embeddings = extra.embeddings.reshape(len(batch.index), k, -1)[anchors]
+        return positives, conditioning, lambda keep: embeddings[torch.from_numpy(keep).to(embeddings.device)]
+
     def prototypes(self, positives: torch.Tensor, anchors: torch.Tensor, conditioning: torch.Tensor | None):
         ppm = self.hparams["ppm"]
         if ppm == "mean":
@@ -282,7 +323,7 @@ class SgpsMethod(PrismMethod):
         if int(self.sgm_round) == 0 or len(anchors) == 0:
             return zero, logs
         rows = batch.index[anchors]
-        positives, conditioning = self.draw_positives(rows.cpu().numpy(), batch.step)
+        positives, conditioning, positive_embeddings = self._positive_embeddings(batch, anchors, rows.cpu().numpy())
         with_positive = positives[:, 0] >= 0  # anchors with at least one drawn positive
         has = torch.from_numpy(with_positive).to(keep.device)
         logs["sgps_anchor_fraction"] = len(anchors) / len(keep)
@@ -291,10 +332,9 @@ class SgpsMethod(PrismMethod):
         if not has.any():
             return zero, logs
         anchors, rows = anchors[has], rows[has]
-        pos_rows = torch.from_numpy(positives[with_positive]).to(self.bank.device)
         z = batch.embeddings[anchors]
         cond = self.bank[torch.from_numpy(conditioning[with_positive]).to(self.bank.device)] if self.transproto is not None else None
-        proto = self.prototypes(self.bank[pos_rows], z, cond)
+        proto = self.prototypes(positive_embeddings(with_positive), z, cond)
         positive_logit = ((z * proto).sum(dim=1) - hp["margin"]) / hp["temperature"]
         labels = batch.labels[anchors]
         value = zero
