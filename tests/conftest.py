@@ -49,21 +49,20 @@ def tiny_params(raw):
 
 
 def run_command(cmd, cwd, env, timeout=900):
-    """Run ``cmd``; fail the test with the end of its output unless it exits 0. Returns stdout."""
-    import subprocess
+    """Run ``cmd``; fail with the end of its output unless it exits 0. Returns stdout."""
+    from noisydml.pipeline.rehearsal import run_checked
 
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return proc.stdout
+    return run_checked(cmd, cwd, env, timeout)
 
 
 def dvc_repo(root, raw, targets=()):
     """A temporary git + DVC repository at ``root`` with this repository's pipeline and code and ``raw`` as its
     params.yaml, after one `dvc repro` (of ``targets`` and what they need, or of everything): ``(env, repro
     output)``. Stages run this interpreter."""
-    import os
     import shutil
     import sys
+
+    from noisydml.pipeline.rehearsal import stage_env
 
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, root / name)
@@ -71,12 +70,7 @@ def dvc_repo(root, raw, targets=()):
         shutil.copytree(REPO / name, root / name)
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = dict(os.environ)
-    env.pop("MLFLOW_TRACKING_URI", None)
-    # Stages run `python`: make it this interpreter, whatever PATH says.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "test"
-    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@example.com"
+    env = stage_env()  # stages run this interpreter, whatever PATH says
     run_command(["git", "init", "-q"], root, env)
     run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
     run_command([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root, env)
@@ -109,53 +103,13 @@ class _Files:
 
 @pytest.fixture
 def local_server():
-    """An HTTP server on 127.0.0.1 with Range support: ``(base_url, files)``."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    """An HTTP server on 127.0.0.1 with Range support (the rehearsal's, :func:`noisydml.pipeline.rehearsal.serve`):
+    ``(base_url, files)``."""
+    from noisydml.pipeline.rehearsal import serve
 
     served = _Files()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # keep test output clean
-            pass
-
-        def do_GET(self):
-            rng = self.headers.get("Range")
-            served.log.append((self.path, rng))
-            data = served.files.get(self.path)
-            if data is None:
-                self.send_error(404)
-                return
-            if rng:
-                start = int(rng.split("=")[1].split("-")[0])
-                if start >= len(data):
-                    self.send_error(416)
-                    return
-                self.send_response(206)
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                self.wfile.write(data[start:])
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.path in served.cut_once:
-                served.cut_once.discard(self.path)
-                self.wfile.write(data[: len(data) // 2])
-                self.wfile.flush()
-                self.close_connection = True
-                return
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", served
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(served.files, served.log, served.cut_once) as base_url:
+        yield base_url, served
 
 
 def serve_archives(server, files: dict[str, bytes]) -> dict:
@@ -189,13 +143,7 @@ from noisydml.pipeline.rehearsal import tar_bytes, zip_bytes  # noqa: E402
 
 
 def jpeg_bytes(seed: int, size=(20, 16)) -> bytes:
-    """A small random RGB JPEG (``size`` = width, height)."""
-    import io
+    """A small random RGB JPEG (``size`` = width, height): the rehearsal's, smaller."""
+    from noisydml.pipeline.rehearsal import jpeg_bytes as rehearsal_jpeg
 
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    buf = io.BytesIO()
-    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(buf, "JPEG")
-    return buf.getvalue()
+    return rehearsal_jpeg(seed, size)

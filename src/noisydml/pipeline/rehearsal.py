@@ -42,7 +42,8 @@ RUN_OVERRIDES = ("train.epochs=1", "train.eval_every=1", "train.input.crop=64", 
                  "report.rehearsal=true")
 
 
-def _jpeg(seed: int, size=(80, 60)) -> bytes:
+def jpeg_bytes(seed: int, size=(80, 60)) -> bytes:
+    """A random RGB JPEG of ``size`` (width, height), the same for the same seed."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -104,7 +105,7 @@ def cub200() -> Miniature:
         for i in range(count):
             n += 1
             rel = f"{names[cid]}/Bird_{cid}_{i + 1:04d}_{n}.jpg"
-            members[f"CUB_200_2011/images/{rel}"] = _jpeg(n)
+            members[f"CUB_200_2011/images/{rel}"] = jpeg_bytes(n)
             images.append(f"{n} {rel}")
             labels.append(f"{n} {cid}")
             split.append(f"{n} {int(i % 2 == 0)}")
@@ -138,7 +139,7 @@ def cars196() -> Miniature:
         cls = cid if split == "train" else cid - 2  # 99-106
         for _ in range(count):
             path = f"car_ims/{len(rows) + 1:06d}.jpg"
-            members[path] = _jpeg(5000 + len(rows))
+            members[path] = jpeg_bytes(5000 + len(rows))
             rows.append((path, cls, int(len(rows) % 2)))
     return Miniature({"car_ims.tgz": tar_bytes(members), "cars_annos.mat": _cars_annos(rows)}, _split_counts())
 
@@ -150,7 +151,7 @@ def cars98n(base_url: str) -> Miniature:
     for label in range(TRAIN_CLASSES):
         for i in range(TRAIN_PER_CLASS):
             path = f"/web/cars98n/{label}_{i}.jpg"
-            served[path] = _jpeg(9000 + label * 10 + i)
+            served[path] = jpeg_bytes(9000 + label * 10 + i)
             rows.append(f"{base_url}{path},{label}")
     expect = {k: v for k, v in cars.expect.items() if not k.startswith("train")}
     expect.update(train_samples=TRAIN_CLASSES * TRAIN_PER_CLASS, train_classes=TRAIN_CLASSES)
@@ -165,7 +166,7 @@ def sop() -> Miniature:
         for i in range(count):
             n += 1
             rel = f"bicycle_final/{cid}_{i}.JPG"
-            members[f"Stanford_Online_Products/{rel}"] = _jpeg(n)
+            members[f"Stanford_Online_Products/{rel}"] = jpeg_bytes(n)
             tables[split].append(f"{n} {cid} 1 {rel}")
     for split, rows in tables.items():
         members[f"Stanford_Online_Products/Ebay_{split}.txt"] = _lines(["image_id class_id super_class_id path", *rows])
@@ -181,7 +182,7 @@ def inshop() -> Miniature:
         statuses = ["train"] * count if split == "train" else ["query", "gallery", "gallery"]
         for i, status in enumerate(statuses):
             rel = f"img/WOMEN/Dresses/{item}/{i + 1:02d}_1_front.jpg"
-            members[rel] = _jpeg(cid * 10 + i)
+            members[rel] = jpeg_bytes(cid * 10 + i)
             lines.append(f"{rel}                   {item}  {status}")
     partition = _lines([str(len(lines)), "image_name item_id evaluation_status", *lines])
     expect = {"train_samples": TRAIN_CLASSES * TRAIN_PER_CLASS, "train_classes": TRAIN_CLASSES,
@@ -200,7 +201,7 @@ def food101n() -> Miniature:
     for c, name in enumerate(names[:TRAIN_CLASSES]):
         for i in range(TRAIN_PER_CLASS):
             key = f"{name}/{c}_{i}.jpg"
-            noisy[f"Food-101N_release/images/{key}"] = _jpeg(c * 10 + i)
+            noisy[f"Food-101N_release/images/{key}"] = jpeg_bytes(c * 10 + i)
             keys.append(key)
             verified.append(f"{key}\t{int(i != 0)}")
     noisy["Food-101N_release/meta/imagelist.tsv"] = _lines(["class_name/key", *keys])
@@ -210,7 +211,7 @@ def food101n() -> Miniature:
     for c, name in enumerate(names[50:50 + TEST_CLASSES]):
         for i in range(TEST_PER_CLASS):
             key = f"{name}/{700 + i}"
-            food[f"food-101/images/{key}.jpg"] = _jpeg(3000 + c * 10 + i)
+            food[f"food-101/images/{key}.jpg"] = jpeg_bytes(3000 + c * 10 + i)
             (test_txt if i == 0 else train_txt).append(key)
     food["food-101/meta/train.txt"] = _lines(train_txt)
     food["food-101/meta/test.txt"] = _lines(test_txt)
@@ -248,22 +249,40 @@ def random_weights(backbone: str) -> bytes:
 
 
 @contextmanager
-def serve(files: dict[str, bytes]) -> Iterator[str]:
-    """Serve ``files`` (path -> bytes) on 127.0.0.1 while the block runs; yields the base URL."""
+def serve(files: dict[str, bytes], log: list | None = None, cut_once: set[str] | None = None) -> Iterator[str]:
+    """Serve ``files`` (path -> bytes, read at each request) on 127.0.0.1 while the block runs; yields the base
+    URL. Honours ``Range: bytes=N-`` (206; 416 past the end), as the download code's resume uses. ``log`` gets
+    ``(path, Range header)`` of every request; a path in ``cut_once`` sends half its bytes the first time and
+    drops the connection (an interrupted transfer, for the download tests)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
         def do_GET(self):
+            byte_range = self.headers.get("Range")
+            if log is not None:
+                log.append((self.path, byte_range))
             data = files.get(self.path)
             if data is None:
                 self.send_error(404)
                 return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
+            start = int(byte_range.split("=")[1].split("-")[0]) if byte_range else 0
+            if start >= len(data) and byte_range:
+                self.send_error(416)
+                return
+            self.send_response(206 if byte_range else 200)
+            if byte_range:
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.send_header("Content-Length", str(len(data) - start))
             self.end_headers()
-            self.wfile.write(data)
+            if not byte_range and cut_once is not None and self.path in cut_once:
+                cut_once.discard(self.path)
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(data[start:])
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -317,7 +336,9 @@ def _working_copy(repo: Path, folder: Path) -> None:
             shutil.copy2(src, folder / rel)
 
 
-def _env() -> dict[str, str]:
+def stage_env() -> dict[str, str]:
+    """The environment for git, DVC and the stages it runs: this interpreter as ``python``, no outside MLflow
+    server, a git identity when the machine has none, OpenMP threads that do not spin while waiting."""
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # stages run this `python`
@@ -329,7 +350,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], cwd: Path, env: dict, timeout: float | None = None) -> str:
+def run_checked(cmd: list, cwd: Path, env: dict, timeout: float | None = None) -> str:
+    """Run ``cmd``; its stdout, or a RuntimeError with the end of its output unless it exits 0."""
+    cmd = [str(c) for c in cmd]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
@@ -347,7 +370,7 @@ def rehearse(name: str, profile: dict, repo: str | Path = ".", folder: str | Pat
     folder.mkdir(parents=True, exist_ok=True)
     params = params_after(profile["set"], repo / "params.yaml")
     files: dict[str, bytes] = {}
-    env = _env()
+    env = stage_env()
     with serve(files) as base_url:
         overrides = rehearsal_overrides(params, base_url, files)
         params_after(profile["set"] + overrides, repo / "params.yaml")  # refused here, before any copying
@@ -358,9 +381,9 @@ def rehearse(name: str, profile: dict, repo: str | Path = ".", folder: str | Pat
         setup += [[sys.executable, "-m", "dvc", "config", "core.analytics", "false"], ["git", "add", "-A"],
                   ["git", "commit", "-qm", "rehearsal: the working tree"]]
         for cmd in setup:
-            _run(cmd, folder, env)
+            run_checked(cmd, folder, env)
         command = [sys.executable, "-m", "dvc", "exp", "run", "-n", f"rehearsal-{name.replace('/', '-')}"]
         for item in profile["set"] + overrides:
             command += ["-S", item]
-        _run(command, folder, env, timeout)
+        run_checked(command, folder, env, timeout)
     return folder
