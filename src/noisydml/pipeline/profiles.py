@@ -132,11 +132,12 @@ def estimate(params: dict) -> dict[str, float]:
         train_cfg, method = run_params["train"], run_params["methods"][run.method]
         batch = train_cfg["batch"]["classes"] * train_cfg["batch"]["per_class"]
         train_images, test_images = _images(params, run.dataset)
-        iterations = train_cfg["epochs"] * steps_per_epoch(train_images, batch)
+        steps = steps_per_epoch(train_images, batch)
+        iterations = train_cfg["epochs"] * steps
         trained = iterations * batch
         if method.get("positive_source") == "forward":
             forwarded_epochs = max(0, train_cfg["epochs"] - method["sgm"]["start_epoch"])
-            trained += forwarded_epochs * steps_per_epoch(train_images, batch) * batch * method["positives_per_sample"]
+            trained += forwarded_epochs * steps * batch * method["positives_per_sample"]
         most = max(most, iterations)
         rate = min(GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]], decode)
         evals = train_cfg["epochs"] // max(1, train_cfg["eval_every"]) + 1
