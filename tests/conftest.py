@@ -55,10 +55,10 @@ def run_command(cmd, cwd, env, timeout=900):
     return run_checked(cmd, cwd, env, timeout)
 
 
-def dvc_repo(root, raw, targets=()):
+def dvc_repo(root, raw, targets=(), repro=True):
     """A temporary git + DVC repository at ``root`` with this repository's pipeline and code and ``raw`` as its
-    params.yaml, after one `dvc repro` (of ``targets`` and what they need, or of everything): ``(env, repro
-    output)``. Stages run this interpreter."""
+    params.yaml, after one `dvc repro` (of ``targets`` and what they need, or of everything; none when ``repro`` is
+    false): ``(env, repro output)``. Stages run this interpreter."""
     import shutil
     import sys
 
@@ -76,6 +76,8 @@ def dvc_repo(root, raw, targets=()):
     run_command([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root, env)
     run_command(["git", "add", "-A"], root, env)
     run_command(["git", "commit", "-qm", "init"], root, env)
+    if not repro:
+        return env, ""
     return env, run_command([sys.executable, "-m", "dvc", "repro", *targets], root, env)
 
 

@@ -1,0 +1,243 @@
+"""The Ray launcher (noisydml.pipeline.launch): the stale stages at once, recorded in dvc.lock as `dvc repro` would.
+
+A toy DVC project (shell stages, no torch) checks the graph's rules; the end-to-end test runs a small grid with a
+chain on a loopback Ray cluster of two nodes (1 CPU each) against an MLflow tracking server, kills a training
+stage's Ray worker mid-run, and compares dvc.lock and every output with a serial `dvc repro` of the same params.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, dvc_repo, run_command, tiny_params
+
+pytestmark = pytest.mark.e2e
+
+TOY = {
+    "stages": {
+        "a": {"cmd": "echo a > a.txt", "outs": ["a.txt"]},
+        "b": {"cmd": "cat a.txt > b.txt && test ! -e fail_b", "deps": ["a.txt"], "outs": ["b.txt"]},
+        "c": {"cmd": "cat b.txt > c.txt", "deps": ["b.txt"], "outs": ["c.txt"]},
+        "d": {"cmd": "cat a.txt a.txt > d.txt", "deps": ["a.txt"], "outs": ["d.txt"]},
+    }
+}
+
+
+def _launch(root, env, *args, check=True, timeout=900):
+    proc = subprocess.run([sys.executable, "-m", "noisydml.pipeline.launch", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"launch exited {proc.returncode}:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def _lock(root):
+    return yaml.safe_load((root / "dvc.lock").read_text())
+
+
+def _toy_repo(root, env):
+    root.mkdir()
+    (root / "dvc.yaml").write_text(yaml.safe_dump(TOY, sort_keys=False))
+    (root / "params.yaml").write_text("runtime: {threads: 1}\n")
+    run_command(["git", "init", "-q"], root, env)
+    run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+
+
+def test_a_failing_stage_stops_its_descendants_only_and_the_next_launch_finishes(tmp_path):
+    from noisydml.pipeline.rehearsal import stage_env
+
+    env = stage_env()
+    root = tmp_path / "toy"
+    _toy_repo(root, env)
+    (root / "fail_b").touch()
+    proc = _launch(root, env, "-j", "2", check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = {s["stage"]: s["status"] for s in json.loads((root / ".runinfo/launch/summary.json").read_text())["stages"]}
+    assert summary == {"a": "ran", "b": "failed", "c": "not run", "d": "ran"}
+    assert "FAILED b" in proc.stderr and "not run (they need a failed stage): c" in proc.stderr
+    assert set(_lock(root)["stages"]) == {"a", "d"}  # the sibling d is recorded, the failed branch is not
+
+    (root / "fail_b").unlink()
+    proc = _launch(root, env, "-j", "2")
+    summary = {s["stage"]: s["status"] for s in json.loads((root / ".runinfo/launch/summary.json").read_text())["stages"]}
+    assert summary == {"a": "unchanged", "b": "ran", "c": "ran", "d": "unchanged"}
+    status = run_command([sys.executable, "-m", "dvc", "status"], root, env)
+    assert "up to date" in status
+    launched = _lock(root)
+
+    # a serial `dvc repro` from scratch writes the same lock (the order of its entries aside)
+    for name in ("a.txt", "b.txt", "c.txt", "d.txt", "dvc.lock"):
+        (root / name).unlink()
+    shutil.rmtree(root / ".dvc" / "cache")
+    run_command([sys.executable, "-m", "dvc", "repro", "-q"], root, env)
+    assert _lock(root) == launched
+
+
+# ------------------------------------------------------------------------------------ two nodes, a grid, a kill
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray(args, env):
+    ray = Path(sys.executable).parent / "ray"
+    return run_command([str(ray), *args], Path.cwd(), env, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Ray cluster of two nodes on 127.0.0.1 with 1 CPU each (the head and one worker node), and an MLflow
+    tracking server."""
+    from noisydml.pipeline.rehearsal import stage_env
+
+    env = stage_env()
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["RAY_AUTH_MODE"] = "token"  # every node and the driver present the token of ~/.ray/auth_token
+    temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # Ray's socket paths must stay short
+    port, mlflow_port = _free_port(), _free_port()
+    server = None
+    try:
+        _ray(["start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--num-gpus=0",
+              "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats"], env)
+        _ray(["start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+              "--num-gpus=0", "--disable-usage-stats"], env)
+        server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port",
+                                   str(mlflow_port), "--backend-store-uri", f"sqlite:///{temp / 'mlflow.db'}",
+                                   "--default-artifact-root", (temp / "artifacts").as_uri(), "--workers", "1"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        for _ in range(240):
+            try:
+                socket.create_connection(("127.0.0.1", mlflow_port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        yield {"address": f"127.0.0.1:{port}", "env": env, "tracking_uri": f"http://127.0.0.1:{mlflow_port}"}
+    finally:
+        if server is not None:
+            os.killpg(server.pid, 9)
+        _stop_cluster(temp, port)
+
+
+def _stop_cluster(temp, port):
+    """This cluster's processes only (`ray stop` would stop every Ray instance of the machine)."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(temp) in part or f"127.0.0.1:{port}" in part for part in proc.info["cmdline"] or []):
+                for child in proc.children(recursive=True):  # agents whose command line is their title only
+                    child.kill()
+                proc.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def _grid_params():
+    with open(REPO / "params.yaml") as f:
+        raw = tiny_params(yaml.safe_load(f))
+    raw["grid"].update(noises=["clean", "sym50"], methods=["ms", "prism"], seeds=[0], run_noises=[])
+    raw["noise_runs"] = {}
+    raw["methods"]["prism"]["memory_size"] = 64
+    raw["figures"]["bspml_maps"] = {}
+    raw["train"]["pretrained"] = "none"
+    for section in raw["methods"].values():
+        if isinstance(section, dict) and "freeze_backbone" in section:
+            section["freeze_backbone"] = False
+    raw["train"]["epochs"] = 6  # room to kill a run between two of its checkpoints
+    raw["chains"] = {"ms_on_prism_kept": {"name": "ms_on_prism_kept", "dataset": "glyphs", "noise": "sym50",
+                                          "seeds": "grid", "method": "ms", "upstream": "prism",
+                                          "init": {"model": True, "method": False},
+                                          "labels": {"label": "", "keep": "keep"}, "inputs": []}}
+    raw["timing"]["entries"] = {}
+    return raw
+
+
+def _outputs(root):
+    """Every DVC output of the lock: path -> md5."""
+    return {out["path"]: out["md5"] for stage in _lock(root)["stages"].values() for out in stage.get("outs", [])}
+
+
+def _kill_worker_of(root, run_folder, killed):
+    """When the run's first checkpoint is written, SIGKILL the Ray worker running its stage (the stage process
+    must die with it; Ray retries the task)."""
+    import psutil
+
+    checkpoint = root / ".checkpoints" / Path(*Path(run_folder).parts[1:]) / "last.pt"
+    deadline = time.time() + 600
+    while time.time() < deadline and not checkpoint.exists():
+        time.sleep(0.02)
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "stages/train.py" in cmdline and run_folder in cmdline:
+            worker = proc.parent()
+            killed.append({"stage_pid": proc.pid, "worker": worker.name(), "worker_cmdline": worker.cmdline()})
+            worker.kill()
+            return
+
+
+def test_a_grid_with_a_chain_on_two_nodes_matches_a_serial_repro_through_a_worker_kill(tmp_path, cluster):
+    raw = _grid_params()
+    serial = tmp_path / "serial"
+    serial.mkdir()
+    dvc_repo(serial, raw)
+
+    launched = tmp_path / "launched"
+    launched.mkdir()
+    env, _ = dvc_repo(launched, raw, repro=False)
+    victim = "runs/glyphs/sym50/prism/seed0"
+    killed = []
+    killer = threading.Thread(target=_kill_worker_of, args=(launched, victim, killed), daemon=True)
+    killer.start()
+    proc = _launch(launched, {**env, "RAY_AUTH_MODE": "token"},
+                   "--address", cluster["address"], "--tracking-uri", cluster["tracking_uri"])
+    killer.join(timeout=5)
+
+    # the worker was killed mid-run, Ray retried the task, and the run resumed from its checkpoint
+    assert killed and killed[0]["worker"].startswith("ray::"), killed
+    assert not psutil_exists(killed[0]["stage_pid"])
+    log = (launched / ".runinfo/launch/train@glyphs-sym50-prism-0.log").read_text()
+    assert "resuming from" in log, log[-3000:]
+
+    # both nodes ran stages
+    summary = json.loads((launched / ".runinfo/launch/summary.json").read_text())
+    assert {s["status"] for s in summary["stages"]} == {"ran"}, proc.stdout[-4000:]
+    assert len({s["host"] for s in summary["stages"]}) == 2
+
+    # the same dvc.lock and outputs as the serial repro; status clean; a repro does nothing
+    assert _outputs(launched) == _outputs(serial)
+    assert _lock(launched) == _lock(serial)
+    run = [sys.executable, "-m", "dvc"]
+    assert "up to date" in run_command([*run, "status"], launched, env)
+    assert "didn't change" in run_command([*run, "repro"], launched, env)
+    assert not (launched / ".checkpoints").exists() or not any((launched / ".checkpoints").rglob("*.pt"))
+
+    # every training run is one FINISHED run on the tracking server, the killed one included
+    code = ("import mlflow, json; mlflow.set_tracking_uri(%r); runs = mlflow.search_runs(search_all_experiments=True);"
+            "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status']))))" % cluster["tracking_uri"])
+    runs = json.loads(run_command([sys.executable, "-c", code], launched, env).strip().splitlines()[-1])
+    assert runs == sorted([[f"glyphs-{n}-{m}-0", "FINISHED"] for n in ("clean", "sym50") for m in ("ms", "prism")]
+                          + [["glyphs-sym50-ms_on_prism_kept-0", "FINISHED"]])
+
+
+def psutil_exists(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
