@@ -172,21 +172,19 @@ def _outputs(root):
     return {out["path"]: out["md5"] for stage in _lock(root)["stages"].values() for out in stage.get("outs", [])}
 
 
-def _kill_worker_of(root, run_folder, killed):
-    """When the run's first checkpoint is written, SIGKILL the Ray worker running its stage (the stage process
-    must die with it; Ray retries the task)."""
+def _kill_worker_of(root, stage, checkpoint, killed):
+    """When the run's first checkpoint is written, SIGKILL the Ray worker running its stage (Ray names the worker
+    process after the task, the stage); Ray retries the task."""
     import psutil
 
-    checkpoint = root / ".checkpoints" / Path(*Path(run_folder).parts[1:]) / "last.pt"
     deadline = time.time() + 600
-    while time.time() < deadline and not checkpoint.exists():
+    while time.time() < deadline and not (root / checkpoint).exists():
         time.sleep(0.02)
     for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if "stages/train.py" in cmdline and run_folder in cmdline:
-            worker = proc.parent()
-            killed.append({"stage_pid": proc.pid, "worker": worker.name(), "worker_cmdline": worker.cmdline()})
-            worker.kill()
+        title = " ".join(proc.info["cmdline"] or [])
+        if title.startswith("ray::") and stage in title:
+            killed.append({"pid": proc.pid, "title": title})
+            proc.kill()
             return
 
 
@@ -199,18 +197,19 @@ def test_a_grid_with_a_chain_on_two_nodes_matches_a_serial_repro_through_a_worke
     launched = tmp_path / "launched"
     launched.mkdir()
     env, _ = dvc_repo(launched, raw, repro=False)
-    victim = "runs/glyphs/sym50/prism/seed0"
+    victim = "train@glyphs-sym50-prism-0"
     killed = []
-    killer = threading.Thread(target=_kill_worker_of, args=(launched, victim, killed), daemon=True)
+    killer = threading.Thread(target=_kill_worker_of, daemon=True, args=(
+        launched, victim, ".checkpoints/glyphs/sym50/prism/seed0/last.pt", killed))
     killer.start()
     proc = _launch(launched, {**env, "RAY_AUTH_MODE": "token"},
                    "--address", cluster["address"], "--tracking-uri", cluster["tracking_uri"])
     killer.join(timeout=5)
 
     # the worker was killed mid-run, Ray retried the task, and the run resumed from its checkpoint
-    assert killed and killed[0]["worker"].startswith("ray::"), killed
-    assert not psutil_exists(killed[0]["stage_pid"])
-    log = (launched / ".runinfo/launch/train@glyphs-sym50-prism-0.log").read_text()
+    assert killed, proc.stdout[-3000:]
+    assert not psutil_exists(killed[0]["pid"])
+    log = (launched / f".runinfo/launch/{victim}.log").read_text()
     assert "resuming from" in log, log[-3000:]
 
     # both nodes ran stages

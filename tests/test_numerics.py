@@ -103,3 +103,22 @@ def test_the_fingerprint_names_what_decides_the_bits():
     assert a["packages"]["torch"] and {"isa", "caches", "usable_cores"} <= set(a["cpu"])
     assert numerics.host_fingerprint({"numerics": "native", "threads": 0})["id"] != a["id"]
     assert numerics.host_fingerprint({**PORTABLE, "threads": 1})["id"] != a["id"]
+
+
+def test_a_process_created_with_the_pins_may_pin_after_loading_the_libraries():
+    """The launcher's warm workers: created with numerics.environment() and the marker, their libraries loaded
+    with the pins in place; pin() then accepts them loaded, and refuses when the process's settings differ."""
+    runtime = {"numerics": "portable", "threads": 2, "processes": 1}
+    env = {**numerics.environment(runtime), numerics.PINNED_AT_START: "1"}
+    code = ("import json, numpy, torch; from noisydml import numerics as n; "
+            "r = n.pin({'numerics': 'portable', 'threads': 2, 'processes': 1}); "
+            "print(json.dumps(n.verify(r)['torch_threads']))")
+    proc = _python(code, env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "2"
+    other = ("import numpy; from noisydml import numerics as n; "
+             "n.pin({'numerics': 'portable', 'threads': 1, 'processes': 1})")
+    proc = _python(other, env)
+    assert proc.returncode != 0 and "created with other settings" in proc.stderr
+    proc = _python(code, {k: v for k, v in env.items() if k != numerics.PINNED_AT_START})
+    assert proc.returncode != 0 and "before numpy" in proc.stderr

@@ -18,11 +18,15 @@ from typing import Callable
 from noisydml import numerics
 from noisydml.config import GRID_KEYS, check_in_grid, load_params
 from noisydml.data import DatasetError
+from noisydml.runtime import STAGE_STARTED
 from noisydml.schema import ParamsError
 
 
 def _process_start() -> float:
-    """When this process started (so the record includes interpreter start-up and imports)."""
+    """When this process started (so the record includes interpreter start-up and imports), or the moment a
+    launcher started the stage in a process it keeps."""
+    if os.environ.get(STAGE_STARTED):
+        return float(os.environ[STAGE_STARTED])
     try:
         import psutil
 

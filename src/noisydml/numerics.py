@@ -60,16 +60,17 @@ class NumericsError(RuntimeError):
     """The requested numerics cannot be had on this host, or were asked for too late."""
 
 
-def pin(runtime: dict[str, Any]) -> dict[str, Any]:
-    """Set the environment for ``runtime.numerics`` and ``runtime.threads``; must run before the numeric
-    libraries load. Returns what was set, with any value of the caller's environment it replaced."""
+#: Set (to "1") with :func:`environment` in a process's environment when it is created: its libraries loaded with
+#: the pins in place, so :func:`pin` accepts them loaded (the launcher's warm worker processes).
+PINNED_AT_START = "NOISYDML_NUMERICS_PINNED_AT_START"
+
+
+def environment(runtime: dict[str, Any]) -> dict[str, str]:
+    """The environment ``runtime.numerics`` and ``runtime.threads`` need, computed without setting it (a
+    launcher hands it to the processes it creates); raises where this host cannot have it."""
     mode, threads = runtime["numerics"], runtime["threads"]
     if mode not in MODES:
         raise NumericsError(f"runtime.numerics: {mode!r}; allowed: {', '.join(MODES)}")
-    loaded = [m for m in NUMERIC_MODULES if m in sys.modules]
-    if loaded:
-        raise NumericsError(f"runtime.numerics must be applied before {', '.join(loaded)} is imported (its kernels "
-                            "are chosen when it loads); call noisydml.numerics.pin first")
     wanted: dict[str, str] = {}
     if mode == "portable":
         if threads < 1:
@@ -93,12 +94,28 @@ def pin(runtime: dict[str, Any]) -> dict[str, Any]:
             # more threads (over all of a run's processes) than cores: OpenMP threads that spin while they wait
             # starve each other (measured ~60x slower); waiting threads sleep instead (no effect on the results)
             wanted["OMP_WAIT_POLICY"] = "PASSIVE"
+    return wanted
+
+
+def pin(runtime: dict[str, Any]) -> dict[str, Any]:
+    """Set the environment for ``runtime.numerics`` and ``runtime.threads``; must run before the numeric
+    libraries load (or in a process created with that environment and :data:`PINNED_AT_START`). Returns what was
+    set, with any value of the caller's environment it replaced."""
+    wanted = environment(runtime)
+    loaded = [m for m in NUMERIC_MODULES if m in sys.modules]
+    if loaded:
+        differs = {k: v for k, v in wanted.items() if k != "OMP_WAIT_POLICY" and os.environ.get(k) != v}
+        if os.environ.get(PINNED_AT_START) != "1" or differs:
+            raise NumericsError(f"runtime.numerics must be applied before {', '.join(loaded)} is imported (its "
+                                "kernels are chosen when it loads); call noisydml.numerics.pin first"
+                                + (f" (this process was created with other settings: {differs})" if differs else ""))
+        return {"numerics": runtime["numerics"], "threads": runtime["threads"], "env": wanted, "replaced": {}}
     replaced = {k: os.environ[k] for k, v in wanted.items() if k in os.environ and os.environ[k] != v}
     os.environ.update(wanted)
     if replaced:
         print("runtime.numerics: replaced " + ", ".join(f"{k}={v!r}" for k, v in sorted(replaced.items()))
               + " of the environment", file=sys.stderr)
-    return {"numerics": mode, "threads": threads, "env": wanted, "replaced": replaced}
+    return {"numerics": runtime["numerics"], "threads": runtime["threads"], "env": wanted, "replaced": replaced}
 
 
 def _missing_isa() -> str:

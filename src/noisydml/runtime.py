@@ -12,6 +12,10 @@ from typing import Any
 
 from noisydml.schema import Field, check_section
 
+#: Set by a launcher that runs a stage inside a process it keeps (noisydml.pipeline.launch): when it started the
+#: stage (seconds since the epoch); the stage's timing record starts there instead of at the process's start.
+STAGE_STARTED = "NOISYDML_STAGE_STARTED"
+
 RUNTIME_SCHEMA = {
     "device": Field(str, "auto", choices=("auto", "cpu", "cuda"),
                     help="auto = CUDA when present (says so when it falls back to the CPU)"),

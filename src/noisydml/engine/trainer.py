@@ -306,6 +306,10 @@ class TrainResult:
     val_embeddings: torch.Tensor | None = None
     #: Wall seconds of every epoch (volatile: kept out of the run's hashed outputs).
     epoch_seconds: list[float] = field(default_factory=list)
+    #: When (seconds since the epoch) this process's first training step began and its last one ended, and the
+    #: seconds of the embedding passes after the last step (volatile): what lies outside them is the run's
+    #: fixed cost (scripts/bench_launch.py).
+    timeline: dict[str, float] = field(default_factory=dict)
     #: The method's per-row exports (:meth:`Method.export`).
     exports: dict[str, np.ndarray] = field(default_factory=dict)
     #: Clean vs noisy histograms of the final model's decisions (weights, confidences), from ground truth.
@@ -369,19 +373,28 @@ class Trainer:
         run.wrap_for_ddp()
         run.method.on_train_start(run.context(run.start_epoch), restored=run.resumed_from is not None)
         epochs = self.spec.train["epochs"]
+        timeline = {"first_step": time.time(), "last_step": time.time(), "final_embedding_seconds": 0.0}
         for epoch in range(run.start_epoch, epochs):
             t0 = time.perf_counter()
             row = self._train_epoch(run, epoch)
             run.seconds.append(time.perf_counter() - t0)
+            timeline["last_step"] = time.time()
             last = epoch + 1 == epochs
             if last or (self.spec.train["eval_every"] and (epoch + 1) % self.spec.train["eval_every"] == 0):
+                t0 = time.perf_counter()
                 row.update(self._monitor(run, epoch, last))
+                if last:
+                    timeline["final_embedding_seconds"] += time.perf_counter() - t0
             self._record(run, row)
             self._save(run, epoch)
             if self.stop_after_epoch is not None and epoch + 1 >= self.stop_after_epoch and not last:
                 raise KeyboardInterrupt(f"stopped after epoch {epoch + 1} (stop_after_epoch)")
         self._select(run)
-        return self._export(run)
+        t0 = time.perf_counter()
+        result = self._export(run)
+        timeline["final_embedding_seconds"] += time.perf_counter() - t0
+        result.timeline = timeline
+        return result
 
     # ------------------------------------------------------------------ steps
 

@@ -65,30 +65,99 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_stage_command(name: str, cmd: str, wdir: str, outs: list[str], env: dict[str, str], log: str) -> dict:
+def run_stage_command(name: str, cmd: str, wdir: str, outs: list[str], env: dict[str, str], log: str,
+                      warm: bool) -> dict:
     """A Ray task: run one stage's command as ``dvc repro`` would (in its folder, with ``DVC_ROOT`` and
     ``DVC_STAGE``, after removing its outputs that are not ``persist``), its output to ``log``.
 
-    Returns its exit status, host and seconds. Runs again from the start when Ray retries it after a worker died
-    (outputs removed again; a training run resumes from its checkpoint, which lies outside its outputs)."""
+    ``warm``: a command ``python stages/<x>.py ...`` runs in this worker process, which keeps its imports from
+    one stage to the next (torch's alone take seconds); the worker was created with the pinned numerics
+    environment, so the libraries took the same code paths as in a new process. Otherwise the command runs as
+    a new process. Returns its exit status, host and seconds. Runs again from the start when Ray retries it
+    after a worker died (outputs removed again; a training run resumes from its checkpoint, which lies outside
+    its outputs)."""
     import shutil
 
     started = time.time()
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text("")  # the driver sees the stage running
     for out in outs:  # DVC's Stage.remove_outs, redone by every attempt
         path = Path(out)
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
-    full_env = {**os.environ, **env}
-    # stages run the cluster's interpreter (`python` in a stage command is this worker's)
-    full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    argv = command_argv(cmd)
+    script = stage_script(argv, wdir)
+    if warm and script is not None:
+        from noisydml.runtime import STAGE_STARTED
+
+        code = _run_in_this_process(script, argv[2:], wdir, {**env, STAGE_STARTED: repr(started)}, log)
+    else:
+        full_env = {**os.environ, **env}
+        # stages run the cluster's interpreter (`python` in a stage command is this worker's)
+        full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
+        with open(log, "w") as out:
+            code = subprocess.run(argv, cwd=wdir, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                  preexec_fn=_die_with_parent).returncode
+    return {"returncode": code, "host": f"{socket.gethostname()}:{_node_id()}", "seconds": time.time() - started}
+
+
+def stage_script(argv: list[str], wdir: str) -> str | None:
+    """``stages/<x>.py`` when the command is ``python stages/<x>.py ...`` (a stage script of this pipeline),
+    else None."""
+    if len(argv) >= 2 and argv[0] == "python" and re.fullmatch(r"stages/\w+\.py", argv[1]) \
+            and (Path(wdir) / argv[1]).is_file():
+        return argv[1]
+    return None
+
+
+def _run_in_this_process(script: str, args: list[str], wdir: str, env: dict[str, str], log: str) -> int:
+    """Run a stage script as ``__main__`` here, as ``python script args`` would in ``wdir``, its stdout and
+    stderr (the file descriptors: C libraries' output too) to ``log``; restore the process after. Returns
+    the exit status the process would have had."""
+    import runpy
+    import traceback
+
+    saved = {"cwd": os.getcwd(), "argv": sys.argv, "path": list(sys.path),
+             "env": {k: os.environ.get(k) for k in env}}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fds = os.dup(1), os.dup(2)
     with open(log, "w") as out:
-        proc = subprocess.run(command_argv(cmd), cwd=wdir, env=full_env, stdout=out, stderr=subprocess.STDOUT,
-                              preexec_fn=_die_with_parent)
-    return {"returncode": proc.returncode, "host": f"{socket.gethostname()}:{_node_id()}",
-            "seconds": time.time() - started}
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    try:
+        os.chdir(wdir)
+        os.environ.update(env)
+        sys.argv = [script, *args]
+        sys.path.insert(0, str(Path(wdir) / Path(script).parent))
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if not isinstance(e.code, (int, type(None))):
+                print(e.code, file=sys.stderr)
+        except BaseException:  # noqa: BLE001 - the stage failed: its traceback goes to its log, as python's would
+            traceback.print_exc()
+            code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        os.close(fds[0])
+        os.close(fds[1])
+        os.chdir(saved["cwd"])
+        sys.argv = saved["argv"]
+        sys.path[:] = saved["path"]
+        for key, value in saved["env"].items():
+            if value is None:
+                os.environ.pop(key, None)
+            elif os.environ.get(key) != value:
+                os.environ[key] = value
+    return code
 
 
 def command_argv(cmd: str) -> list[str]:
@@ -127,8 +196,9 @@ class Outcome:
 class Running:
     stage: Any
     ref: Any
-    started: float
+    submitted: float
     log: Path
+    started: float | None = None  # when its task began (its log appeared)
 
 
 @dataclass
@@ -165,13 +235,29 @@ def stage_resources(stage, runtime: dict, cluster_gpus: float) -> dict:
     return {"num_cpus": cpus, "num_gpus": processes if trains and wants_gpu else 0}
 
 
-def task_env(tracking_uri: str | None) -> dict[str, str]:
-    """What every stage process gets besides the worker's environment."""
-    env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+def task_env(tracking_uri: str | None, shared_cores: bool) -> dict[str, str]:
+    """What every stage gets besides the worker's environment: ``OMP_WAIT_POLICY=PASSIVE`` where stages may
+    share cores (unless the environment sets a policy), MLflow's tracking URI."""
+    env = {}
+    if "OMP_WAIT_POLICY" in os.environ:
+        env["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
+    elif shared_cores:
+        # measured (scripts/bench_launch.py side-by-side, 2 cores, 2 threads each): two trainings at once with
+        # spinning waits ran 3.6 steps/s each against 33 alone; with PASSIVE 20.5 each (41 together). Alone,
+        # PASSIVE cost ~18% (27 steps/s), so it is set only where stages share cores.
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         env["MLFLOW_TRACKING_URI"] = uri
     return env
+
+
+def worker_env(runtime: dict, stage_env: dict[str, str]) -> dict[str, str]:
+    """The environment Ray creates the worker processes with: the pinned numerics (``runtime``), so that the
+    libraries a warm worker loads take the pinned code paths (``noisydml.numerics``), and what every stage gets."""
+    from noisydml import numerics
+
+    return {**numerics.environment(runtime), numerics.PINNED_AT_START: "1", **stage_env}
 
 
 def _log_path(root: Path, name: str) -> Path:
@@ -188,13 +274,16 @@ def _tail(path: Path, lines: int = 15) -> str:
 class Launcher:
     """Schedules a :class:`Plan` on Ray and keeps ``dvc.lock`` up to date, one stage at a time."""
 
-    def __init__(self, repo, runtime: dict, *, tracking_uri: str | None, retries: int, echo=print):
+    def __init__(self, repo, runtime: dict, *, tracking_uri: str | None, retries: int, warm: bool = True,
+                 shared_cores: bool = True, echo=print):
         import ray
 
         self.ray = ray
         self.repo = repo
         self.runtime = runtime
-        self.env = task_env(tracking_uri)
+        self.env = task_env(tracking_uri, shared_cores)
+        self.runtime_env = {"env_vars": worker_env(runtime, self.env)}
+        self.warm = warm
         self.retries = retries
         self.echo = echo
         self.root = Path(repo.root_dir)
@@ -222,10 +311,12 @@ class Launcher:
         log = _log_path(self.root, stage.addressing)
         outs = [out.fs_path for out in stage.outs if not out.persist]
         cmd = stage.cmd if isinstance(stage.cmd, str) else " && ".join(stage.cmd)
+        log.unlink(missing_ok=True)  # the task writes it when it starts
         ref = self.task.options(**stage_resources(stage, self.runtime, self.cluster_gpus),
-                                max_retries=self.retries, retry_exceptions=False, name=stage.addressing).remote(
+                                max_retries=self.retries, retry_exceptions=False, name=stage.addressing,
+                                runtime_env=self.runtime_env).remote(
             stage.addressing, cmd, stage.wdir, outs, {**self.env, "DVC_ROOT": str(self.root),
-                                                      "DVC_STAGE": stage.addressing}, str(log))
+                                                      "DVC_STAGE": stage.addressing}, str(log), self.warm)
         return Running(stage, ref, time.time(), log)
 
     def _finish(self, running: Running, result: dict) -> Outcome:
@@ -267,16 +358,20 @@ class Launcher:
                             self.echo(f"restored   {stage.addressing} (run cache)")
                         continue
                     running[started.ref] = started
-                    self.echo(f"started    {stage.addressing}")
+                    self.echo(f"queued     {stage.addressing}")
                 if not running:
                     continue
                 done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+                for item in running.values():
+                    if item.started is None and item.log.exists():
+                        item.started = time.time()
+                        self.echo(f"running    {item.stage.addressing}")
                 for ref in done:
                     item = running.pop(ref)
                     try:
                         result = ray.get(ref)
                     except Exception as e:  # noqa: BLE001 - retries exhausted, node lost: the stage failed
-                        result = {"returncode": -1, "host": "-", "seconds": time.time() - item.started,
+                        result = {"returncode": -1, "host": "-", "seconds": time.time() - item.submitted,
                                   "error": f"{type(e).__name__}: {str(e)[:300]}"}
                     outcome = self._finish(item, result)
                     if "error" in result:
@@ -291,12 +386,13 @@ class Launcher:
                 if time.time() - last_beat > 60 and running:
                     last_beat = time.time()
                     for item in running.values():
-                        self.echo(f"running    {item.stage.addressing}: {time.time() - item.started:.0f} s")
+                        if item.started is not None:
+                            self.echo(f"running    {item.stage.addressing}: {time.time() - item.started:.0f} s")
         except KeyboardInterrupt:
             for ref, item in running.items():
                 ray.cancel(ref, force=True)
                 self.outcomes[item.stage] = Outcome(item.stage.addressing, "cancelled",
-                                                    seconds=time.time() - item.started)
+                                                    seconds=time.time() - (item.started or item.submitted))
             for stage in waiting:
                 self.outcomes[stage] = Outcome(stage.addressing, "not run", detail="interrupted")
             raise
@@ -353,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
                                                "repository's mlflow.db)")
     parser.add_argument("--retries", type=int, default=3,
                         help="times Ray retries a task whose worker died (default 3; a failing command is not retried)")
+    parser.add_argument("--fresh-processes", action="store_true",
+                        help="start every stage as a new process (its command line exactly); default: this "
+                             "pipeline's `python stages/<x>.py` stages run inside Ray's worker processes, which "
+                             "keep their imports from one stage to the next (same outputs; README)")
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
     if args.jobs is not None and args.address:
@@ -368,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     from noisydml.runtime import runtime_settings
 
     runtime = runtime_settings(read_params_file(args.params).get("runtime"))
-    cores = os.cpu_count() or 1
+    from noisydml.numerics import usable_cores
+
+    cores = usable_cores()
     jobs = args.jobs if args.jobs is not None else max(1, cores // max(1, runtime["threads"]))
     started = time.time()
     logging.getLogger("dvc").setLevel(logging.WARNING)  # DVC's "Updating lock file" lines between ours
@@ -378,7 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     where = args.address or f"this machine, {jobs} at once"
     print(f"launch: {len(the_plan.order)} stages in the graph; Ray on {where}", flush=True)
     launcher = Launcher(repo, runtime, tracking_uri=args.tracking_uri, retries=args.retries,
-                        echo=lambda line: print(line, flush=True))
+                        warm=not args.fresh_processes, echo=lambda line: print(line, flush=True),
+                        # a cluster's nodes may run several tasks on shared cores; here: -j runs of their threads
+                        shared_cores=bool(args.address) or jobs * max(1, runtime["threads"]) * runtime["processes"]
+                        > cores)
     try:
         outcomes = launcher.run(the_plan)
     except KeyboardInterrupt:

@@ -169,7 +169,7 @@ def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Pat
         })
     io.write_json(layout.volatile(dataset, noise, name_in_grid, seed), {
         "mlflow_run_id": result.run_id, "resumed_from_epoch": result.resumed_from_epoch,
-        "epoch_seconds": result.epoch_seconds, "fingerprint": spec.fingerprint(),
+        "epoch_seconds": result.epoch_seconds, "fingerprint": spec.fingerprint(), "timeline": result.timeline,
     })
     tracker.log_artifact(out / "history.csv")
     tracker.end(status="FINISHED")
