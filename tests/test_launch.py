@@ -8,6 +8,7 @@ stage's Ray worker mid-run, and compares dvc.lock and every output with a serial
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -81,6 +82,50 @@ def test_a_failing_stage_stops_its_descendants_only_and_the_next_launch_finishes
     shutil.rmtree(root / ".dvc" / "cache")
     run_command([sys.executable, "-m", "dvc", "repro", "-q"], root, env)
     assert _lock(root) == launched
+
+
+def test_an_override_the_schema_refuses_stops_the_launch_before_anything_runs(tmp_path):
+    from noisydml.pipeline.rehearsal import stage_env
+
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    proc = _launch(tmp_path, stage_env(), "-S", "train.epochs=-1", check=False)
+    assert proc.returncode == 2 and "train.epochs" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / ".runinfo").exists()
+
+
+def test_ctrl_c_cancels_the_running_stage_kills_its_process_and_leaves_it_stale(tmp_path):
+    import psutil
+
+    from noisydml.pipeline.rehearsal import stage_env
+
+    env = stage_env()
+    root = tmp_path / "toy"
+    root.mkdir()
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "quick": {"cmd": "echo q > q.txt", "outs": ["q.txt"]},
+        "slow": {"cmd": "sleep 600", "outs": ["s.txt"]}}}))
+    (root / "params.yaml").write_text("runtime: {threads: 1}\n")
+    run_command(["git", "init", "-q"], root, env)
+    run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    launcher = subprocess.Popen([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "2"], cwd=root, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    sleeper = None
+    while time.time() < deadline and (sleeper is None or not (root / "dvc.lock").exists()):  # quick recorded
+        time.sleep(0.2)
+        sleeper = next((p for p in psutil.process_iter(["cmdline"])
+                        if (p.info["cmdline"] or []) == ["sleep", "600"]), None)
+    assert sleeper is not None
+    launcher.send_signal(signal.SIGINT)
+    out, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 130, out
+    assert "interrupted" in out
+    summary = {s["stage"]: s["status"] for s in json.loads((root / ".runinfo/launch/summary.json").read_text())["stages"]}
+    assert summary["slow"] == "cancelled"
+    sleeper.wait(timeout=30)  # the stage's process died with its cancelled worker
+    assert set(_lock(root)["stages"]) == {"quick"}
+    status = run_command([sys.executable, "-m", "dvc", "status", "slow"], root, env)
+    assert "slow" in status  # still stale: `dvc repro` or the next launch runs it
 
 
 # ------------------------------------------------------------------------------------ two nodes, a grid, a kill
@@ -196,14 +241,16 @@ def test_a_grid_with_a_chain_on_two_nodes_matches_a_serial_repro_through_a_worke
 
     launched = tmp_path / "launched"
     launched.mkdir()
-    env, _ = dvc_repo(launched, raw, repro=False)
+    # the launcher applies -S as `dvc exp run -S` does (DVC's own code), before it plans
+    env, _ = dvc_repo(launched, {**raw, "train": {**raw["train"], "epochs": 5}}, repro=False)
     victim = "train@glyphs-sym50-prism-0"
     killed = []
     killer = threading.Thread(target=_kill_worker_of, daemon=True, args=(
         launched, victim, ".checkpoints/glyphs/sym50/prism/seed0/last.pt", killed))
     killer.start()
     proc = _launch(launched, {**env, "RAY_AUTH_MODE": "token"},
-                   "--address", cluster["address"], "--tracking-uri", cluster["tracking_uri"])
+                   "--address", cluster["address"], "--tracking-uri", cluster["tracking_uri"],
+                   "-S", f"train.epochs={raw['train']['epochs']}")
     killer.join(timeout=5)
 
     # the worker was killed mid-run, Ray retried the task, and the run resumed from its checkpoint

@@ -430,8 +430,9 @@ def init_ray(jobs: int, address: str | None, runtime: dict):
     if address:
         ray.init(address=address, **kwargs)
     else:
+        # "local": a new instance even where `ray start` runs one (ray.init() alone would join that)
         cpus = jobs * max(1, runtime["threads"]) * runtime["processes"]
-        ray.init(num_cpus=cpus, object_store_memory=128 * 1024**2, **kwargs)
+        ray.init(address="local", num_cpus=cpus, object_store_memory=128 * 1024**2, **kwargs)
     return ray
 
 
@@ -443,7 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=None,
                         help="local Ray instance: runs at once (default: this machine's cores / runtime.threads, "
                              "at least 1); not with --address")
-    parser.add_argument("--address", help="a Ray cluster started with `ray start` (e.g. auto, or HEAD_IP:6379)")
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or None,
+                        help="a Ray cluster started with `ray start` (HEAD_IP:6379, or auto; default: RAY_ADDRESS "
+                             "if set, else a new Ray instance on this machine)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI for every run (e.g. http://HEAD:5000 of an "
                                                "`mlflow server`; default: MLFLOW_TRACKING_URI, else the "
                                                "repository's mlflow.db)")
@@ -453,6 +456,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="start every stage as a new process (its command line exactly); default: this "
                              "pipeline's `python stages/<x>.py` stages run inside Ray's worker processes, which "
                              "keep their imports from one stage to the next (same outputs; README)")
+    parser.add_argument("-S", "--set-param", action="append", default=[], metavar="OVERRIDE",
+                        help="apply to params.yaml first, as `dvc exp run -S` does (DVC's own code: Hydra's grammar, "
+                             "`+key=` for a new key); the file stays changed, as in the workspace after "
+                             "`dvc exp run -S`; repeatable")
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
     if args.jobs is not None and args.address:
@@ -467,6 +474,14 @@ def main(argv: list[str] | None = None) -> int:
     from noisydml.config import read_params_file
     from noisydml.runtime import runtime_settings
 
+    if args.set_param:
+        from dvc.utils.hydra import apply_overrides
+
+        apply_overrides(args.params, args.set_param)
+        from noisydml.config import load_params
+        from noisydml.pipeline.check import check_all
+
+        check_all(load_params(args.params))  # an override the schema refuses stops the launch before anything runs
     runtime = runtime_settings(read_params_file(args.params).get("runtime"))
     from noisydml.numerics import usable_cores
 
@@ -508,5 +523,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli() -> int:
+    """``main`` with known errors (bad params, no Ray, DVC's refusals) as one line and exit status 2."""
+    from dvc.exceptions import DvcException
+
+    from noisydml.schema import ParamsError
+
+    try:
+        return main()
+    except (ParamsError, LaunchError, DvcException) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())
