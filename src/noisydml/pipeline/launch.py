@@ -1,11 +1,16 @@
 """Run the pipeline's stale stages at once on a Ray cluster: ``python -m noisydml.pipeline.launch -j N``.
 
 DVC has no parallel ``dvc repro``. This launcher asks DVC (its Python API: the stage graph and each stage's
-``changed()``) which stages are stale, runs each stage's own command unchanged as a Ray task once every stage it
-depends on is done, and records each finished stage in ``dvc.lock`` from this driver process, one at a time, the
-way ``dvc repro`` does (``Stage.save``, ``Stage.commit``, ``Stage.dump``; the run cache too). Afterwards
-``dvc status`` is clean and ``dvc repro`` does nothing; the outputs are those a serial ``dvc repro`` makes (the
-stage commands are the same, and ``runtime.numerics: portable`` fixes every run's threads, whatever runs beside it).
+``changed()``) which stages are stale, runs each stage's command as a Ray task once every stage it depends on is
+done, and records each finished stage in ``dvc.lock`` from this driver process, one at a time, the way
+``dvc repro`` does (``Stage.save``, ``Stage.commit``, ``Stage.dump``; the run cache too). Afterwards ``dvc status``
+is clean and ``dvc repro`` does nothing; the outputs are those a serial ``dvc repro`` makes (the stage commands
+are the same, and ``runtime.numerics: portable`` fixes every run's threads, whatever runs beside it).
+
+This pipeline's commands (``python stages/<x>.py ...``) run inside Ray's worker processes, which keep their
+imports from one stage to the next (a training run's fixed cost falls from ~7 s to ~0.5 s on 2 cores); Ray
+creates them with the pinned numerics environment (:func:`noisydml.numerics.environment`).
+``--fresh-processes`` starts every command as a new process instead; other commands always are.
 
 Where: this machine by default (a local Ray instance offering ``-j`` runs at once); ``--address`` joins a cluster
 started with ``ray start`` (the repository on a shared filesystem, at the same path on every node; README
@@ -190,6 +195,7 @@ class Outcome:
     host: str = ""
     seconds: float = 0.0
     detail: str = ""
+    ended_at: float = 0.0  # seconds since the epoch (the summary's timeline)
 
 
 @dataclass
@@ -376,6 +382,7 @@ class Launcher:
                     outcome = self._finish(item, result)
                     if "error" in result:
                         outcome.detail = result["error"]
+                    outcome.ended_at = time.time()
                     self.outcomes[item.stage] = outcome
                     finished = sum(o.status in ("ran", "failed") for o in self.outcomes.values())
                     self.echo(f"{outcome.status:<10} {outcome.stage} on {outcome.host} in {outcome.seconds:.1f} s"
@@ -492,6 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     repo = Repo(".")
     the_plan = plan(repo, args.targets)
     ray = init_ray(jobs, args.address, runtime)
+    # Ctrl-C, and SIGTERM (Slurm's end of a job's time, `kill`): cancel the running stages, record the finished
+    # ones. Set after ray.init (it replaces the SIGTERM handler) and explicitly: a process started with SIGINT
+    # ignored (a batch system, a test runner's worker) would otherwise never see Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     where = args.address or f"this machine, {jobs} at once"
     print(f"launch: {len(the_plan.order)} stages in the graph; Ray on {where}", flush=True)
     launcher = Launcher(repo, runtime, tracking_uri=args.tracking_uri, retries=args.retries,
