@@ -18,14 +18,15 @@ started with ``ray start`` (the repository on a shared filesystem, at the same p
 
 Resources: a task asks Ray for ``runtime.threads x runtime.processes`` CPUs, and a training task (train,
 pretrain, timing stages) for ``runtime.processes`` GPUs when ``runtime.device`` is ``cuda``, or ``auto`` on a
-cluster with GPUs (Ray sets ``CUDA_VISIBLE_DEVICES``). Waiting OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``)
-unless the environment says otherwise: spinning threads of two processes on the same cores starve each other.
+cluster with GPUs (Ray sets ``CUDA_VISIBLE_DEVICES``). Where stages share cores (``-j`` x their threads above
+this machine's cores, or any cluster), waiting OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, unless the
+environment sets a policy): spinning threads of two processes on the same cores starve each other.
 
 Faults: a task whose worker process dies (killed, node lost) is retried by Ray (``--retries``); the stage process
 dies with its worker and the retry resumes a training run from its last checkpoint (bit-exactly). A stage whose
 command fails stops the stages that depend on it, not the others; the exit status is 1 and the summary says which
-failed and which did not run. Ctrl-C cancels the running tasks and commits nothing of theirs: the next launch, or
-``dvc repro``, runs them again (training runs resume from their checkpoints).
+failed and which did not run. Ctrl-C (or SIGTERM) cancels the running tasks and commits nothing of theirs: the next
+launch, or ``dvc repro``, runs them again (training runs resume from their checkpoints).
 
 Each stage's output goes to ``.runinfo/launch/<stage>.log``; the last launch's summary to
 ``.runinfo/launch/summary.json``.
@@ -277,6 +278,14 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def _record(stage, run_cache: bool) -> None:
+    """What ``Stage.run`` and ``dvc repro`` do once a stage's outputs are in place (under DVC's lock): hash and
+    cache them (and the run, with ``run_cache``), and write the stage's ``dvc.lock`` entry."""
+    stage.save(run_cache=run_cache)
+    stage.commit()
+    stage.dump(update_pipeline=False)
+
+
 class Launcher:
     """Schedules a :class:`Plan` on Ray and keeps ``dvc.lock`` up to date, one stage at a time."""
 
@@ -308,12 +317,11 @@ class Launcher:
             stage.remove_outs(ignore_remove=False, force=False)
             try:
                 self.repo.stage_cache.restore(stage)
-                stage.save(run_cache=False)
-                stage.commit()
-                stage.dump(update_pipeline=False)
-                return Outcome(stage.addressing, "restored", detail="run cache")
             except RunCacheNotFoundError:
                 stage.save_deps()
+            else:
+                _record(stage, run_cache=False)
+                return Outcome(stage.addressing, "restored", detail="run cache")
         log = _log_path(self.root, stage.addressing)
         outs = [out.fs_path for out in stage.outs if not out.persist]
         cmd = stage.cmd if isinstance(stage.cmd, str) else " && ".join(stage.cmd)
@@ -334,9 +342,7 @@ class Launcher:
                            f"exit {result['returncode']}; log {running.log}")
         with self.repo.lock:
             no_cache_outs = any(not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot))
-            stage.save(run_cache=not no_cache_outs)
-            stage.commit()
-            stage.dump(update_pipeline=False)
+            _record(stage, run_cache=not no_cache_outs)
         return Outcome(stage.addressing, "ran", result["host"], result["seconds"])
 
     def run(self, the_plan: Plan) -> list[Outcome]:
@@ -349,7 +355,7 @@ class Launcher:
             while waiting or running:
                 for stage in list(waiting):
                     needs = the_plan.needs[stage]
-                    if any(n in waiting or any(r.stage is n for r in running.values()) for n in needs):
+                    if any(n not in self.outcomes for n in needs):  # an upstream stage is waiting or running
                         continue
                     waiting.remove(stage)
                     broken = [n.addressing for n in needs if self.outcomes[n].status in ("failed", "not run")]
@@ -426,9 +432,8 @@ def write_summary(root: Path, outcomes: list[Outcome], wall: float, jobs: int | 
     return path
 
 
-def init_ray(jobs: int, address: str | None, runtime: dict):
-    """Join the cluster at ``address``, or start a local Ray instance offering ``jobs`` runs of
-    ``runtime.threads x runtime.processes`` CPUs each."""
+def init_ray(local_cpus: int, address: str | None):
+    """Join the cluster at ``address``, or start a local Ray instance offering ``local_cpus`` CPUs."""
     try:
         import ray
     except ImportError as e:
@@ -438,8 +443,7 @@ def init_ray(jobs: int, address: str | None, runtime: dict):
         ray.init(address=address, **kwargs)
     else:
         # "local": a new instance even where `ray start` runs one (ray.init() alone would join that)
-        cpus = jobs * max(1, runtime["threads"]) * runtime["processes"]
-        ray.init(address="local", num_cpus=cpus, object_store_memory=128 * 1024**2, **kwargs)
+        ray.init(address="local", num_cpus=local_cpus, object_store_memory=128 * 1024**2, **kwargs)
     return ray
 
 
@@ -494,11 +498,12 @@ def main(argv: list[str] | None = None) -> int:
 
     cores = usable_cores()
     jobs = args.jobs if args.jobs is not None else max(1, cores // max(1, runtime["threads"]))
+    local_cpus = jobs * max(1, runtime["threads"]) * runtime["processes"]  # -j runs of the task size (stage_resources)
     started = time.time()
     logging.getLogger("dvc").setLevel(logging.WARNING)  # DVC's "Updating lock file" lines between ours
     repo = Repo(".")
     the_plan = plan(repo, args.targets)
-    ray = init_ray(jobs, args.address, runtime)
+    ray = init_ray(local_cpus, args.address)
     # Ctrl-C, and SIGTERM (Slurm's end of a job's time, `kill`): cancel the running stages, record the finished
     # ones. Set after ray.init (it replaces the SIGTERM handler) and explicitly: a process started with SIGINT
     # ignored (a batch system, a test runner's worker) would otherwise never see Ctrl-C.
@@ -509,22 +514,22 @@ def main(argv: list[str] | None = None) -> int:
     launcher = Launcher(repo, runtime, tracking_uri=args.tracking_uri, retries=args.retries,
                         warm=not args.fresh_processes, echo=lambda line: print(line, flush=True),
                         # a cluster's nodes may run several tasks on shared cores; here: -j runs of their threads
-                        shared_cores=bool(args.address) or jobs * max(1, runtime["threads"]) * runtime["processes"]
-                        > cores)
+                        shared_cores=bool(args.address) or local_cpus > cores)
+    interrupted = False
     try:
         outcomes = launcher.run(the_plan)
     except KeyboardInterrupt:
+        interrupted = True
         outcomes = [launcher.outcomes.get(s, Outcome(s.addressing, "not run")) for s in the_plan.order]
         print("\ninterrupted: finished stages are recorded in dvc.lock; the next launch (or `dvc repro`) runs "
               "the rest, training runs resume from their checkpoints", flush=True)
-        print(summary_table(outcomes))
-        write_summary(repo.root_dir and Path(repo.root_dir), outcomes, time.time() - started, jobs, args.address)
+    finally:
         ray.shutdown()
-        return 130
-    ray.shutdown()
     wall = time.time() - started
     print(summary_table(outcomes))
     write_summary(Path(repo.root_dir), outcomes, wall, None if args.address else jobs, args.address)
+    if interrupted:
+        return 130
     failed = [o.stage for o in outcomes if o.status == "failed"]
     skipped = [o.stage for o in outcomes if o.status == "not run"]
     print(f"launch: {wall:.1f} s wall", flush=True)
