@@ -26,9 +26,17 @@ import torch
 import torch.nn.functional as F
 
 from noisydml.config import load_params
-from noisydml.methods import METHODS, MethodSetup, build_method
-from noisydml.methods.prism import ClassCentreMemory, SlidingThreshold, clean_probability
+from noisydml.methods import build_method, load_spec
+from noisydml.methods.base import Batch, MethodSetup
+from noisydml.methods.parts.prism_selection import ClassCentreMemory, SlidingThreshold, clean_probability
 from noisydml.models import build_model
+
+
+def as_batch(embeddings: torch.Tensor, labels: torch.Tensor, step: int = 0) -> Batch:
+    """A batch as the trainer hands it to a method (rows 0..B-1 of the table)."""
+    rows = torch.arange(len(labels))
+    return Batch(embeddings=embeddings, features=embeddings, labels=labels, index=rows, sample_id=rows, step=step,
+                 epoch=0)
 
 
 def per_step(fn, steps: int, warmup: int = 3) -> float:
@@ -62,16 +70,16 @@ def main() -> None:
         return emb.clone().requires_grad_(), lab
 
     # plain MCL: XBM contrastive loss, forward + backward, memory filled first
-    hp = METHODS["mcl"].check({"memory_size": m}, "methods.mcl")
+    hp = load_spec("mcl").check({"memory_size": m}, "methods.mcl")
     setup = MethodSetup(hp, c, d, 10 * m, np.zeros(1, int), 0)
     mcl = build_method("mcl", setup)
     for _ in range(m // b + 1):
         emb, lab = batch()
-        mcl.loss(emb, lab, None, 0)
+        mcl.loss(as_batch(emb, lab))
 
     def mcl_step():
         emb, lab = batch()
-        loss, _ = mcl.loss(emb, lab, None, 0)
+        loss, _ = mcl.loss(as_batch(emb, lab))
         loss.backward()
 
     t_mcl = per_step(mcl_step, args.steps)

@@ -3,7 +3,7 @@ or run one's `dvc exp run` command.
 
     python scripts/paper_profile.py list                # runs, iterations, estimated GPU hours
     python scripts/paper_profile.py check
-    python scripts/paper_profile.py settings            # the README's settings tables (--write: update README.md)
+    python scripts/paper_profile.py settings            # the settings tables of docs/profiles.md (--write: update it)
     python scripts/paper_profile.py show prism/table1_cub
     python scripts/paper_profile.py run prism/table1_cub     # on a GPU machine with internet
     python scripts/paper_profile.py rehearse prism/table3_cars98n [FOLDER]   # real DVC, miniature data, CPU
@@ -15,13 +15,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from noisydml.pipeline.profiles import (exp_command, load_profiles, params_after, profiles_table,
+from noisydml.pipeline.profiles import (PROFILES_PAGE, exp_command, load_profiles, params_after, profiles_table,
                                         readme_with_settings, settings_tables)
 
 
 def main(argv: list[str]) -> int:
     action, *rest = argv or ["list"]
+    if action in ("-h", "--help"):
+        print(__doc__)
+        return 0
     profiles = load_profiles()
+    if action in ("rehearse", "show", "run") and rest and rest[0] not in profiles:
+        print(f"error: profile {rest[0]!r} does not exist; allowed: {', '.join(profiles)}", file=sys.stderr)
+        return 2
     if action == "list":  # with the GPU-hour estimate of noisydml.pipeline.profiles.estimate (its assumptions)
         print(profiles_table(profiles))
         return 0
@@ -33,9 +39,9 @@ def main(argv: list[str]) -> int:
     if action == "settings":
         text = profiles_table(profiles) + "\n" + settings_tables(profiles)
         if rest == ["--write"]:
-            readme = Path("README.md")
-            readme.write_text(readme_with_settings(readme.read_text(), text))
-            print("README.md: profile and settings tables written")
+            page = Path(PROFILES_PAGE)
+            page.write_text(readme_with_settings(page.read_text(), text))
+            print(f"{page}: profile and settings tables written")
         else:
             print(text)
         return 0

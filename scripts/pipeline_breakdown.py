@@ -70,4 +70,8 @@ def main(root: Path = Path(".")) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", nargs="?", default=".", type=Path, help="the repository (default: .)")
+    main(parser.parse_args().root)

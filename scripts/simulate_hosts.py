@@ -100,7 +100,7 @@ def _set_line(text: str, key: str, value: str) -> str:
 
 def compare_folders(folders: list[Path]) -> None:
     base = folders[0]
-    base_metrics = json.loads((base / "reports" / "metrics.json").read_text())
+    base_metrics = json.loads((base / "reports" / "all_metrics.json").read_text())
     stages = pipeline_stages(base)
     base_digests = stage_digests(yaml.safe_load((base / "dvc.lock").read_text()), stages)
     print(f"against {base.name}:")
@@ -111,7 +111,7 @@ def compare_folders(folders: list[Path]) -> None:
         kinds = {}
         for stage in differ:
             kinds[stage.split("@")[0]] = kinds.get(stage.split("@")[0], 0) + 1
-        c = compare(base_metrics, json.loads((other / "reports" / "metrics.json").read_text()))
+        c = compare(base_metrics, json.loads((other / "reports" / "all_metrics.json").read_text()))
         print(f"\n{other.name} ({info['about']}; dvc repro {info['repro_seconds']:.0f} s, exit {info['status']})")
         stale = stale_stages(base_digests, digests)
         if stale:
@@ -156,7 +156,7 @@ def fixture(folder: Path, out: Path) -> None:
     """A guard test case from a finished folder: its metrics, host record and stage digests."""
     stages = pipeline_stages(folder)
     case = {"about": json.loads((folder / "simulated_host.json").read_text())["about"],
-            "metrics": json.loads((folder / "reports" / "metrics.json").read_text()),
+            "metrics": json.loads((folder / "reports" / "all_metrics.json").read_text()),
             "host": json.loads((folder / "reports" / "host.json").read_text()),
             "stages": stage_digests(yaml.safe_load((folder / "dvc.lock").read_text()), stages)}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +175,7 @@ def main() -> None:
     c = sub.add_parser("compare", help="outputs and metrics of run folders against the first")
     c.add_argument("folders", nargs="+", type=Path)
     sub.add_parser("hosts", help="list the simulated hosts")
-    sp = sub.add_parser("spread", help="per-kind spread over every pair of metrics files (LABEL=reports/metrics.json)")
+    sp = sub.add_parser("spread", help="per-kind spread over every pair of metrics files (LABEL=reports/all_metrics.json)")
     sp.add_argument("runs", nargs="+", metavar="LABEL=PATH")
     sp.add_argument("--margin", type=float, default=1.5)
     f = sub.add_parser("fixture", help="a finished folder as a test case of CI's guard")

@@ -140,6 +140,13 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
 
 
 def main(argv: list[str]) -> None:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return
+    unknown = [a for a in argv if a != "--update-dvc-yaml" and not (REPO / "stages" / f"{a}.py").is_file()]
+    if unknown:
+        known = sorted(p.stem for p in (REPO / "stages").glob("*.py"))
+        sys.exit(f"error: no stage script {unknown[0]!r} (stages/{unknown[0]}.py); allowed: {', '.join(known)}")
     if argv == ["--update-dvc-yaml"]:
         print("dvc.yaml updated" if update_dvc_yaml() else "dvc.yaml already up to date")
         return

@@ -72,17 +72,26 @@ def repo(tmp_path_factory):
 def test_repro_produces_report_and_metrics(repo):
     root, env, out = repo
     for name in ("results.md", "results.csv", "noise_stats.csv", "p_at_1_vs_noise.png", "noise_per_class.png",
-                 "metrics.json", "training_time.csv", "selection.csv", "selection_over_training.png"):
+                 "all_metrics.json", "training_time.csv", "selection.csv", "selection_over_training.png",
+                 "results.tex", "p_at_1_vs_noise.pdf", "selection_over_training.pdf"):
         assert (root / "reports" / name).is_file(), name
     table = (root / "reports" / "results.md").read_text()
-    assert "| ms |" in table and "glyphs / sym50" in table and "glyphs / sc25" in table
-    metrics = json.loads((root / "reports" / "metrics.json").read_text())
+    assert "| MS |" in table and "sym50 P@1" in table and "sc25 MAP@R" in table
+    metrics = json.loads((root / "reports" / "all_metrics.json").read_text())
     assert set(metrics) == {f"glyphs/{n}/{m}" for n in NOISES for m in ("ms", "prism")} | {
         "glyphs/sym50/ms_on_prism_kept", "glyphs/sc25/ms_dim8", "glyphs/sc25/bspml_lam3.0_mu20"}
-    assert "Chained runs" in table and "| ms_on_prism_kept | - | " in table
+    chained = next(line for line in table.splitlines() if line.startswith("| MS on PRISM's kept samples |"))
+    assert "Chained runs" in table and "–" in chained  # the chain runs on sym50 only
+    headline = json.loads((root / "reports" / "metrics" / "glyphs" / "clean" / "ms.json").read_text())
+    assert set(headline) == {"P@1", "MAP@R"}
     assert 0 <= metrics["glyphs/clean/ms"]["precision_at_1"] <= 1
     shown = _run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env)
     assert "glyphs/clean/ms" in shown
+    # every figure the pipeline draws is a DVC plot, and DVC loads them all
+    plots = json.loads(_run([sys.executable, "-m", "dvc", "plots", "show", "--json"], root, env))
+    assert not plots.get("errors")
+    drawn = {str(p.relative_to(root)) for p in (root / "reports").rglob("*.png")}
+    assert drawn <= set(plots["data"] if "data" in plots else plots), drawn - set(plots.get("data", plots))
 
 
 def test_embedding_size_point_trains_its_dim_and_has_its_own_report_section(repo):
@@ -143,7 +152,8 @@ def test_dvc_plots_render_one_line_per_method(repo):
     html = root.parent / "plots_out"
     _run([sys.executable, "-m", "dvc", "plots", "show", "-o", str(html)], root, env)
     page = (html / "index.html").read_text()
-    assert '"color": {"field": "method", "type": "nominal"}' in page
+    assert '"color": {"field": "method", "type": "nominal", "scale": {"scheme": "tableau20"}}' in page
+    assert '"column": {"field": "noise_kind", "type": "nominal"}' in page  # one panel per noise kind
     assert '"noise": "sym50"' in page and '"method": "ms"' in page
 
 
@@ -167,14 +177,14 @@ def test_mlflow_has_one_finished_run_per_model(repo):
     code = (
         "import mlflow, json;"
         f"mlflow.set_tracking_uri('sqlite:///{root / 'mlflow.db'}');"
-        "runs = mlflow.search_runs(experiment_names=['noisydml']);"
-        "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status'], runs['metrics.final_precision_at_1'].notna()))))"
+        "runs = mlflow.search_runs(experiment_names=['noisydml-glyphs']);"
+        "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status'], runs['metrics.final_precision_at_1'].notna(),"
+        " runs['tags.mlflow.source.git.commit'].notna(), runs['tags.run'], runs['params.runtime.threads'].notna()))))"
     )
     runs = json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
-    assert runs == sorted([[f"glyphs-{n}-{m}-0", "FINISHED", True] for n in NOISES
-                           for m in ("ms", "prism")] + [["glyphs-sym50-ms_on_prism_kept-0", "FINISHED", True],
-                                                         ["glyphs-sc25-ms_dim8-0", "FINISHED", True],
-                                                         ["glyphs-sc25-bspml_lam3.0_mu20-0", "FINISHED", True]])
+    assert runs == sorted([[f"{m} · {n} · seed 0", "FINISHED", True, True, m, True] for n in NOISES for m in ("ms", "prism")]
+                          + [[f"{m} · {n} · seed 0", "FINISHED", True, True, m, True] for n, m in (
+                              ("sym50", "ms_on_prism_kept"), ("sc25", "ms_dim8"), ("sc25", "bspml_lam3.0_mu20"))])
 
 
 def test_report_shows_selection_and_training_time(repo):

@@ -80,7 +80,7 @@ def _mlflow_statuses(root, env, run_name: str) -> list[str]:
     code = (
         "import mlflow, json;"
         f"mlflow.set_tracking_uri('sqlite:///{root / 'mlflow.db'}');"
-        f"runs = mlflow.search_runs(experiment_names=['noisydml'], filter_string=\"tags.mlflow.runName = '{run_name}'\");"
+        f"runs = mlflow.search_runs(experiment_names=['noisydml-glyphs'], filter_string=\"tags.mlflow.runName = '{run_name}'\");"
         "print(json.dumps(sorted(runs['status'])))"
     )
     return json.loads(run_command([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
@@ -102,7 +102,7 @@ def test_a_chained_run_on_two_processes_is_a_dvc_edge_and_resumes_bit_exactly(re
     assert f'"train@glyphs-sym50-sgps-0" -> "{CHAIN}"' in dot
     run = root / "runs" / "glyphs" / "sym50" / "sgps_posterior_stage2" / "seed0"
     assert json.loads((run / "run.json").read_text())["upstream"]["run"] == "runs/glyphs/sym50/sgps/seed0"
-    before = _mlflow_statuses(root, env, "glyphs-sym50-sgps_posterior_stage2-0")
+    before = _mlflow_statuses(root, env, "sgps_posterior_stage2 · sym50 · seed 0")
     _set_processes(root, 2)
     try:
         out = _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", CHAIN], root, env)
@@ -120,7 +120,7 @@ def test_a_chained_run_on_two_processes_is_a_dvc_edge_and_resumes_bit_exactly(re
         assert "resuming from" in out and "after epoch 1 of 2" in out
         assert _lock(root)[CHAIN]["outs"][0]["md5"] == whole
         # two MLflow runs more: the whole one, and the killed one resumed (one run); rank 1 made none
-        assert _mlflow_statuses(root, env, "glyphs-sym50-sgps_posterior_stage2-0") == sorted(
+        assert _mlflow_statuses(root, env, "sgps_posterior_stage2 · sym50 · seed 0") == sorted(
             before + ["FINISHED", "FINISHED"])
     finally:
         _set_processes(root, 1)

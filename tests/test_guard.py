@@ -84,7 +84,7 @@ def test_a_kind_without_a_tolerance_fails():
 
 
 def test_every_metric_kind_of_the_committed_results_has_a_tolerance():
-    committed = json.loads((REPO / "reports" / "metrics.json").read_text())
+    committed = json.loads((REPO / "reports" / "all_metrics.json").read_text())
     assert set(committed) == set(_case("committed")["metrics"]), "the guard's cases are runs of today's grid"
     kinds = set(compare(committed, committed).by_kind())
     assert kinds <= set(TOLERANCE), kinds - set(TOLERANCE)
@@ -134,7 +134,7 @@ def test_the_command_compares_with_the_committed_files_and_says_which_case(tmp_p
     host = {"id": "aaaa", "cpu": {"model": "x", "isa": ["avx2"]}, "numerics": "portable", "threads": 2}
     metrics = {"glyphs/clean/ms": {"precision_at_1": 0.5}}
     (tmp_path / "reports" / "host.json").write_text(json.dumps(host))
-    (tmp_path / "reports" / "metrics.json").write_text(json.dumps(metrics))
+    (tmp_path / "reports" / "all_metrics.json").write_text(json.dumps(metrics))
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"stages": {"report": {"outs": [{"path": "r", "md5": "1"}]}}}))
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "-A")
@@ -144,7 +144,7 @@ def test_the_command_compares_with_the_committed_files_and_says_which_case(tmp_p
     assert "made the committed results: bit-identical metrics required" in ok.stdout
     assert "metrics bit-identical: 1 of 1" in ok.stdout and "**PASS**" in (tmp_path / "summary.md").read_text()
     # the same host, one metric moved: a failure
-    (tmp_path / "reports" / "metrics.json").write_text(json.dumps({"glyphs/clean/ms": {"precision_at_1": 0.51}}))
+    (tmp_path / "reports" / "all_metrics.json").write_text(json.dumps({"glyphs/clean/ms": {"precision_at_1": 0.51}}))
     changed = _guard(tmp_path)
     assert changed.returncode == 1 and "**FAIL**" in changed.stdout
     # another host: the same move is within the tolerance
@@ -160,7 +160,7 @@ def test_entries_of_stages_the_pipeline_no_longer_has_do_not_make_code_look_like
     from noisydml.pipeline.guard import stage_digests, stale_stages
 
     report = {"cmd": "python stages/report.py", "deps": [{"path": "src/noisydml/reporting", "md5": "a.dir"}],
-              "outs": [{"path": "reports/metrics.json", "md5": "m"}]}
+              "outs": [{"path": "reports/all_metrics.json", "md5": "m"}]}
     with_old = {"stages": {"report": report, "gone": {"cmd": "x", "outs": [{"path": "src", "md5": "s.dir"}]}}}
     current = {"stages": {"report": report}}
     assert stale_stages(stage_digests(current, {"report"}), stage_digests(with_old, {"report"})) == []

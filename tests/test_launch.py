@@ -276,8 +276,8 @@ def test_a_grid_with_a_chain_on_two_nodes_matches_a_serial_repro_through_a_worke
     code = ("import mlflow, json; mlflow.set_tracking_uri(%r); runs = mlflow.search_runs(search_all_experiments=True);"
             "print(json.dumps(sorted(zip(runs['tags.mlflow.runName'], runs['status']))))" % cluster["tracking_uri"])
     runs = json.loads(run_command([sys.executable, "-c", code], launched, env).strip().splitlines()[-1])
-    assert runs == sorted([[f"glyphs-{n}-{m}-0", "FINISHED"] for n in ("clean", "sym50") for m in ("ms", "prism")]
-                          + [["glyphs-sym50-ms_on_prism_kept-0", "FINISHED"]])
+    assert runs == sorted([[f"{m} · {n} · seed 0", "FINISHED"] for n in ("clean", "sym50") for m in ("ms", "prism")]
+                          + [["ms_on_prism_kept · sym50 · seed 0", "FINISHED"]])
 
 
 def psutil_exists(pid):

@@ -46,8 +46,9 @@ def set_params(command: str) -> list[str]:
 def documented() -> dict[str, list[str]]:
     """Where -> the overrides of one documented command."""
     out = {}
-    for source, text, comment in (("README.md", (REPO / "README.md").read_text(), None),
-                                  ("params.yaml", (REPO / "params.yaml").read_text(), "#")):
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    for source, text, comment in ([(str(p.relative_to(REPO)), p.read_text(), None) for p in pages]
+                                  + [("params.yaml", (REPO / "params.yaml").read_text(), "#")]):
         for i, command in enumerate(exp_commands(text, comment)):
             overrides = [o for o in set_params(command) if o != "..."]  # "dvc exp run -S ..." in prose
             if overrides:

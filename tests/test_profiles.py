@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from noisydml.pipeline.profiles import (SETTINGS_BEGIN, SETTINGS_END, exp_command, load_profiles, params_after,
+from noisydml.pipeline.profiles import (PROFILES_PAGE, SETTINGS_BEGIN, SETTINGS_END, exp_command, load_profiles, params_after,
                                         profiles_table, readme_with_settings, settings_tables)
 from noisydml.runs import runs_of
 from noisydml.schema import ParamsError
@@ -56,10 +56,10 @@ def test_authors_settings_reach_the_params(applied):
 
 
 def test_readme_prints_the_generated_profile_and_settings_tables(applied):
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / PROFILES_PAGE).read_text()
     text = profiles_table(PROFILES, applied) + "\n" + settings_tables(PROFILES)
     assert readme_with_settings(readme, text) == readme, \
-        "README.md's profile tables are stale: python scripts/paper_profile.py settings --write"
+        f"{PROFILES_PAGE}'s profile tables are stale: python scripts/paper_profile.py settings --write"
     assert readme.count(SETTINGS_BEGIN) == readme.count(SETTINGS_END) == 1
 
 

@@ -37,8 +37,9 @@ def test_cells_difference_on_paper_data_and_glyphs_apart():
     refs = load_references(REPO / "references" / "papers")
     summary = _summary([("cub", "prism_sym50", "prism", 0.5, 0.5503), ("glyphs", "sym50", "prism", 0.5, 0.4)])
     ours = our_cells(summary, PARAMS, STATS)
-    lines = side_by_side(refs[(refs["paper"] == "PRISM") & (refs["table"] == "Table 1")], ours,
-                         {"cub200", "cars196", "sop"})
+    lines, ran = side_by_side(refs[(refs["paper"] == "PRISM") & (refs["table"] == "Table 1")], ours,
+                              {"cub200", "cars196", "sop"})
+    assert ran == 2  # the cub cell and the glyphs column
     header, prism_row = lines[0], next(line for line in lines if line.startswith("| MCL + PRISM"))
     assert "ours: glyphs (50% P@1; not a paper dataset)" in header
     assert "56.03 · ours 55.03 (-1.00)" in prism_row and prism_row.rstrip(" |").endswith("40.00")
@@ -55,8 +56,8 @@ def test_best_on_test_is_shown_beside_our_p_at_1_and_labelled():
     summary = _summary([("cub", "prism_sym50", "prism", 0.5, 0.5503)])
     summary["best_on_test_precision_at_1"] = 0.5710
     ours = our_cells(summary, PARAMS, STATS)
-    lines = side_by_side(refs[(refs["paper"] == "PRISM") & (refs["table"] == "Table 1")], ours,
-                         {"cub200", "cars196", "sop"})
+    lines, _ = side_by_side(refs[(refs["paper"] == "PRISM") & (refs["table"] == "Table 1")], ours,
+                            {"cub200", "cars196", "sop"})
     prism_row = next(line for line in lines if line.startswith("| MCL + PRISM"))
     assert "56.03 · ours 55.03 (-1.00) [best on test 57.10]" in prism_row
     md, _ = reference_section(refs, summary, PARAMS, STATS)
@@ -82,9 +83,19 @@ def test_footnoted_rows_are_marked_by_the_tables_own_column():
     assert set(refs.loc[refs["footnote"] == "yes", "row"]) == {"SGPS-MCL (posterior strategy per caption)"}
     table = refs[(refs["paper"] == "SGPS") & (refs["table"] == "Table I")]
     ours = our_cells(_summary([]), PARAMS, STATS)
-    lines = side_by_side(table, ours, {"cub200", "cars196", "sop"})
+    lines, ran = side_by_side(table, ours, {"cub200", "cars196", "sop"})
+    assert ran == 0
     marked = [line for line in lines if "‡" in line]
     assert len(marked) == 2 and marked[0].startswith("| SGPS-MCL (posterior strategy per caption) ‡")
     assert marked[1].startswith("‡ SGPS-MCL (posterior strategy per caption): the caption says")
     unmarked = table.assign(footnote="")
-    assert not any("‡" in line for line in side_by_side(unmarked, ours, {"cub200", "cars196", "sop"}))
+    assert not any("‡" in line for line in side_by_side(unmarked, ours, {"cub200", "cars196", "sop"})[0])
+
+
+def test_tables_with_nothing_of_ours_are_one_status_line_each():
+    refs = load_references(REPO / "references" / "papers")
+    md, _ = reference_section(refs, _summary([("cub", "prism_sym50", "prism", 0.5, 0.5503)]), PARAMS, STATS)
+    text = "\n".join(md)
+    assert "### PRISM Table 1:" in text  # a cell of ours ran
+    assert "### BSPML Table 1" not in text
+    assert any(line.startswith("- BSPML Table 1 (") for line in md)

@@ -42,7 +42,7 @@ def test_experiment_artifacts_live_in_the_main_repo(tmp_path, monkeypatch):
     assert (tmp_path / "mlflow.db").is_file()
 
 
-def test_background_tracker_logs_in_order_resumes_and_survives_a_bad_run_id(tmp_path, monkeypatch, capsys):
+def test_tracker_logs_in_order_resumes_and_survives_a_bad_run_id(tmp_path, monkeypatch, capsys):
     import mlflow
 
     from noisydml.tracking import MlflowTracker
@@ -94,8 +94,9 @@ def test_tracker_failure_never_stops_training(tmp_path, monkeypatch, capsys):
     assert "warning: MLflow start failed" in capsys.readouterr().out
 
 
-def test_the_tracker_thread_never_writes_the_environment(tmp_path, monkeypatch):
-    """glibc's setenv in the worker racing getenv in the training thread crashed a stage (SIGSEGV in libc)."""
+def test_no_tracking_thread_writes_the_environment(tmp_path, monkeypatch):
+    """glibc's setenv in another thread racing getenv in the training thread crashed a stage (SIGSEGV in libc):
+    MLflow's asynchronous logging threads must not write it either."""
     import os
     import threading
 
@@ -115,5 +116,5 @@ def test_the_tracker_thread_never_writes_the_environment(tmp_path, monkeypatch):
     tracker.log_artifact(tmp_path / "note.txt")
     assert tracker.run_id is not None
     tracker.end()
-    assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"  # set in the main thread, before the worker
+    assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"  # set in the main thread, before MLflow loads
     assert [w for w in writes if w[1] != "MainThread"] == []

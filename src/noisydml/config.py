@@ -120,7 +120,9 @@ WEIGHTS_SCHEMA = {
 #: The pretrain stage (``train.pretrained: embedded``): the backbone learns to classify source glyphs, characters
 #: disjoint from every class of the ``glyphs`` dataset (:func:`noisydml.data.glyphs.source_chars`).
 PRETRAIN_SCHEMA = {
-    "classes": Field(int, 400, min=2, help="source characters (at most the number available)"),
+    # 567: the source characters matplotlib's fonts give (data/glyphs.source_chars, 18 s to count, so checked here
+    # by this bound and tested against the count)
+    "classes": Field(int, 400, min=2, max=567, help="source characters (at most the 567 available)"),
     "images_per_class": Field(int, 32, min=6, help="rendered views per source character (4 held out)"),
     "image_size": Field(int, 32, min=8, help="side of the source images"),
     "epochs": Field(int, 15, min=1),
@@ -189,6 +191,10 @@ REPORT_SCHEMA = {
     "metrics": Field(list, ["precision_at_1", "mean_average_precision_at_r"], item_type=str),
     "rehearsal": Field(bool, False, help="ours: true = a rehearsal (scripts/paper_profile.py rehearse: miniature "
                                          "data, random weights); the report says its numbers mean nothing"),
+    "labels": Field(dict, {}, help="ours: run name -> its row label in tables and figures (the papers' naming); "
+                                   "runs not listed show their name"),
+    "panels": Field(dict, {}, help="ours: figure panel title -> run names (at most 8 lines are drawn per panel, a "
+                                   "longer one is split); runs in none are drawn in a panel 'other'"),
 }
 
 
@@ -436,6 +442,13 @@ def validate_params(raw: Any) -> dict[str, Any]:
     if p["runtime"]["numerics"] == "portable" and p["runtime"]["threads"] == 0:
         raise ParamsError("runtime.threads: 0 (the host's core count) with runtime.numerics: portable; allowed: a "
                           "fixed count >= 1 (the thread count changes the bits), or runtime.numerics: native")
+    ranks, batch = p["runtime"]["processes"], train["batch"]
+    rows = batch["classes"] * batch["per_class"]
+    if rows % ranks:
+        divisors = [d for d in range(1, rows + 1) if rows % d == 0 and d <= 16]
+        raise ParamsError(f"runtime.processes: {ranks} ranks cannot split a batch of {rows} rows (train.batch: "
+                          f"{batch['classes']} classes x {batch['per_class']}) evenly; allowed: one of {divisors}, "
+                          "or a batch whose rows are a multiple of it")
     p["evaluate"] = check_section(raw["evaluate"], EVALUATE_SCHEMA, "evaluate")
     for i, k in enumerate(p["evaluate"]["recall_at"]):
         if k > p["evaluate"]["max_k"]:
@@ -456,6 +469,8 @@ def validate_params(raw: Any) -> dict[str, Any]:
         check_unique(grid[key], f"grid.{key}")
         for i, name in enumerate(grid[key]):
             check_choice(name, list(section), f"grid.{key}[{i}]", what)
+    if not grid["seeds"]:
+        raise ParamsError("grid.seeds: [] trains nothing; allowed: a non-empty list of seeds, e.g. [0] or [0, 1, 2]")
     check_unique(grid["seeds"], "grid.seeds")
     _check_run_noises(grid, p["noise"])
     p["grid"] = grid
@@ -478,6 +493,10 @@ def validate_params(raw: Any) -> dict[str, Any]:
 
     for i, m in enumerate(p["report"]["metrics"]):
         check_choice(m, metric_names(p["evaluate"]["recall_at"]), f"report.metrics[{i}]", "metric")
+    for run, label in p["report"]["labels"].items():
+        _check_value(label, Field(str), f"report.labels.{run}")
+    for panel, runs in p["report"]["panels"].items():
+        _check_value(runs, Field(list, item_type=str), f"report.panels.{panel}")
     check_unique_folders(runs_of(p))
     return p
 
@@ -492,7 +511,7 @@ def read_params_file(path: str | Path) -> Any:
 
     path = Path(path)
     if not path.is_file():
-        raise ParamsError(f"{path}: no such file; run from the repository root or pass --params")
+        raise ParamsError(f"{path}: no such file; run from the repository root or name the params file")
     try:
         return YAML(typ="safe").load(path.read_text())
     except DuplicateKeyError as e:

@@ -8,10 +8,9 @@ points at the main repository's database there, so those runs are kept.
 
 from __future__ import annotations
 
+import functools
 import os
-import queue
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,26 @@ def git_commit(cwd: str | Path = ".") -> str:
         return out.stdout.strip() if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def mlflow_experiment(params: dict, dataset: str) -> str:
+    """One MLflow experiment per dataset: ``<tracking.experiment>-<dataset>`` (runs of one dataset compare)."""
+    return f"{params['tracking']['experiment']}-{dataset}"
+
+
+def mlflow_run_name(run: str, noise: str, seed: int) -> str:
+    """What MLflow's run list shows: the run (method or chain name), its noise setting and seed."""
+    return f"{run} · {noise} · seed {seed}"
+
+
+def standard_tags(root: str | Path = ".") -> dict[str, str]:
+    """MLflow's own tags for the code (``mlflow.source.*``) and, under ``dvc exp run``, the DVC experiment's name
+    and baseline commit (DVC sets ``DVC_EXP_NAME`` / ``DVC_EXP_BASELINE_REV`` for the commands it runs)."""
+    tags = {"mlflow.source.git.commit": git_commit(root)}
+    for variable, tag in (("DVC_EXP_NAME", "dvc.experiment"), ("DVC_EXP_BASELINE_REV", "dvc.baseline_rev")):
+        if os.environ.get(variable):
+            tags[tag] = os.environ[variable]
+    return tags
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -97,11 +116,13 @@ def _warn(what: str, error: Exception) -> None:
 
 
 class MlflowTracker:
-    """One MLflow run per training run, logged from a background thread.
+    """One MLflow run per training run, its metrics logged with MLflow's asynchronous logging.
 
-    ``start()`` returns at once: a worker thread imports MLflow, opens the run (or re-opens it on resume) and
-    then applies the logging calls in order while the epochs train, so MLflow's import and database work
-    overlap training instead of adding to it. ``end()`` flushes and closes the run.
+    ``start()`` opens the run (or re-opens it on resume) and logs its params; ``log_metrics`` hands each epoch's
+    metrics to MLflow's own logging queue (``log_batch(..., synchronous=False)``) and returns at once, so the
+    database writes overlap training; ``end()`` waits for every pending batch and closes the run. The client, and
+    so its database connection, is kept per tracking URI for the life of the process: a warm launcher worker
+    opens the database once, not once per run.
 
     Best effort: a missing, locked or foreign ``mlflow.db`` (runs pulled from a remote, another machine)
     prints a warning once and the run goes on untracked; no DVC output depends on MLflow.
@@ -112,35 +133,28 @@ class MlflowTracker:
         self.run_name = run_name
         self.params = flatten(params)
         self.tags = tags
-        self._run_id: str | None = None
-        self._queue: queue.Queue = queue.Queue()
-        self._opened = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._failed = False
-
-    @property
-    def run_id(self) -> str | None:
-        """The MLflow run id (waits for the worker to open the run; None when tracking failed)."""
-        if self._thread is not None:
-            self._opened.wait(timeout=300)
-        return self._run_id
+        self.run_id: str | None = None
+        self._client = None
+        self._pending: list = []  # MLflow's RunOperations of batches not yet known to be written
 
     def start(self, run_id: str | None = None) -> None:
-        # The worker must never write the process environment: glibc's setenv racing the training thread's
-        # getenv crashed a train stage (SIGSEGV in libc). MLflow writes it while it loads (its telemetry
-        # session id; imports such as OPENBLAS_MAIN_FREE) and in set_tracking_uri. So MLflow is loaded here, in
-        # the main thread, before training starts (0.7 s), its telemetry (a background thread that writes the
-        # environment, and network calls) is off unless the user turns it on, and the worker hands the URI to
-        # its client.
+        # Nothing may write the process environment from another thread: glibc's setenv racing the training
+        # thread's getenv crashed a train stage (SIGSEGV in libc). MLflow writes it while it loads (its telemetry
+        # session id; imports such as OPENBLAS_MAIN_FREE) and in set_tracking_uri: so it is loaded here, in the
+        # main thread, its telemetry (a background thread that writes the environment, and network calls) is off
+        # unless the user turns it on, and the client is given the URI instead of set_tracking_uri.
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        import mlflow  # noqa: F401
+        try:
+            self._client = client_for(tracking_uri())
+            self.run_id = self._open(run_id)
+        except Exception as e:  # noqa: BLE001 - tracking must never stop a stage
+            _warn("start", e)
+            self._client = None
 
-        self._thread = threading.Thread(target=self._work, args=(run_id,), name="mlflow-tracker", daemon=True)
-        self._thread.start()
-
-    def _open(self, client, resume_id: str | None) -> str:
+    def _open(self, resume_id: str | None) -> str:
         from mlflow.entities import Param
 
+        client = self._client
         exp = _retry_when_locked(lambda: experiment_id(client, self.experiment))
         if resume_id is not None:
             try:
@@ -149,65 +163,55 @@ class MlflowTracker:
                 return resume_id
             except Exception as e:  # noqa: BLE001 - a resumed run whose MLflow run is gone: a new one
                 _warn(f"re-opening run {resume_id}", e)
-        run_id = client.create_run(exp, run_name=self.run_name, tags=self.tags).info.run_id
+        run_id = _retry_when_locked(lambda: client.create_run(exp, run_name=self.run_name, tags=self.tags)).info.run_id
         # MLflow caps a param value at 6000 characters and a batch at 100 params; ours are short.
         params = [Param(k, str(v)) for k, v in self.params.items()]
         for i in range(0, len(params), 100):
-            client.log_batch(run_id, params=params[i : i + 100])
+            self._pending.append(client.log_batch(run_id, params=params[i : i + 100], synchronous=False))
         return run_id
 
-    def _work(self, resume_id: str | None) -> None:
-        client = None
+    def _call(self, what: str, call) -> None:
+        if self._client is None:
+            return
         try:
-            import mlflow
-
-            client = mlflow.MlflowClient(tracking_uri())
-            self._run_id = self._open(client, resume_id)
-        except Exception as e:  # noqa: BLE001 - tracking must never stop a stage
-            _warn("start", e)
-            self._failed = True
-        finally:
-            self._opened.set()
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            what, call = item
-            if self._failed:
-                continue
-            try:
-                call(client, self._run_id)
-            except Exception as e:  # noqa: BLE001
-                _warn(what, e)
-                self._failed = True
-
-    def _submit(self, what: str, call) -> None:
-        if self._thread is not None:
-            self._queue.put((what, call))
+            call()
+        except Exception as e:  # noqa: BLE001
+            _warn(what, e)
+            self._client = None
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         from time import time as now
 
-        stamp = int(now() * 1000)
-
-        def log(client, run_id):
+        def log():
             from mlflow.entities import Metric
 
-            client.log_batch(run_id, metrics=[Metric(k, float(v), stamp, step) for k, v in metrics.items()])
+            stamp = int(now() * 1000)
+            batch = [Metric(k, float(v), stamp, step) for k, v in metrics.items()]
+            self._pending.append(self._client.log_batch(self.run_id, metrics=batch, synchronous=False))
 
-        self._submit("log_metrics", log)
+        self._call("log_metrics", log)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        self._submit("log_artifact", lambda client, run_id: client.log_artifact(run_id, str(path), artifact_path))
+        self._call("log_artifact", lambda: self._client.log_artifact(self.run_id, str(path), artifact_path))
 
     def end(self, status: str = "FINISHED") -> None:
-        """Flush every pending call, close the run with ``status`` and stop the worker."""
-        if self._thread is None:
-            return
-        self._submit("end_run", lambda client, run_id: client.set_terminated(run_id, status))
-        self._queue.put(None)
-        self._thread.join(timeout=300)
-        self._thread = None
+        """Wait for every pending batch, then close the run with ``status``."""
+        def close():
+            pending, self._pending = self._pending, []
+            for operation in pending:
+                operation.wait()  # raises what the logging thread met
+            self._client.set_terminated(self.run_id, status)
+
+        self._call("end_run", close)
+        self._client = None
+
+
+@functools.cache
+def client_for(uri: str):
+    """One MLflow client per tracking URI and process (its store opens the database once)."""
+    import mlflow
+
+    return mlflow.MlflowClient(uri)
 
 
 def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Path] = ()) -> bool:

@@ -369,7 +369,7 @@ class Trainer:
         reproduces an uninterrupted one bit for bit."""
         run = self._build()
         self._restore(run)
-        run.tracker.start(run.run_id)  # returns at once; MLflow opens the run in the background
+        run.tracker.start(run.run_id)  # opens (or re-opens) the MLflow run; metrics are then logged asynchronously
         run.wrap_for_ddp()
         run.method.on_train_start(run.context(run.start_epoch), restored=run.resumed_from is not None)
         epochs = self.spec.train["epochs"]

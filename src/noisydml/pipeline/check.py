@@ -8,6 +8,7 @@ found too. The tests and CI run it on the repository's params.yaml.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any
 
@@ -64,12 +65,14 @@ def validate_all(raw: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    path = argv[0] if argv else "params.yaml"
+    parser = argparse.ArgumentParser(prog="python -m noisydml.pipeline.check", description=__doc__.splitlines()[0])
+    parser.add_argument("params", nargs="?", default="params.yaml", help="the params file (default: params.yaml)")
+    path = parser.parse_args(argv).params
     try:
         check_all(load_params(path))
     except ParamsError as e:
-        print(f"error: {path}: {e}", file=sys.stderr)
+        message = str(e)  # reading and the global checks name the file already; the registries' checks do not
+        print(f"error: {message if message.startswith(f'{path}:') else f'{path}: {message}'}", file=sys.stderr)
         return 2
     print(f"{path}: valid")
     return 0

@@ -8,7 +8,7 @@ It fails (exit 1) when
 - the committed results are stale: a stage's own inputs (its command, params and the code and reference files it
   depends on, not the data other stages make) differ from those the committed ``dvc.lock`` records, i.e. code or
   params changed without the results being regenerated and committed with them (a changed loss, a new method);
-- the regenerated ``reports/metrics.json`` names other runs or metrics than the committed one;
+- the regenerated ``reports/all_metrics.json`` names other runs or metrics than the committed one;
 - a metric differs from the committed one on the host that made the committed results (same fingerprint in
   ``reports/host.json``: CPU, libraries and ``runtime.numerics``), where the pipeline is bit-exact;
 - on another host, a metric moves by more than the tolerance (``.ci/tolerance.yaml``: the spread the same commit
@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-METRICS = Path("reports/metrics.json")
+METRICS = Path("reports/all_metrics.json")
 HOST = Path("reports/host.json")
 TOLERANCE = Path(".ci/tolerance.yaml")
 

@@ -11,7 +11,7 @@ TRAIN_EMBEDDINGS = "train_embeddings.npz"
 EXPORTS = "exports.npz"
 #: The pretrain stage's backbone weights (``train.pretrained: embedded``), in :attr:`Layout.pretrained`.
 PRETRAINED_WEIGHTS = "backbone.pt"
-#: The report stage's record of the host and numerics it ran with, beside ``metrics.json`` in :attr:`Layout.reports`.
+#: The report stage's record of the host and numerics it ran with, beside ``all_metrics.json`` in :attr:`Layout.reports`.
 HOST_RECORD = "host.json"
 
 

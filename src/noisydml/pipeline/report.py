@@ -16,10 +16,12 @@ from noisydml import io
 from noisydml.evaluation import metric_names
 from noisydml.numerics import host_fingerprint
 from noisydml.pipeline.layout import HOST_RECORD, Layout
-from noisydml.reporting.plots import plot_metric_vs_noise, plot_noise_per_class, plot_selection, plot_weight_histograms
+from noisydml.reporting import main_table
+from noisydml.reporting.figures import plot_metric_vs_noise, plot_selection
+from noisydml.reporting.plots import plot_noise_per_class, plot_weight_histograms
 from noisydml.reporting.references import load_references, reference_section
 from noisydml.reporting.tables import (
-    BEST_ON_TEST, _chain_line, cluster_size_table, collect, markdown_table, noise_stats, noise_table, plot_series, selection_summary,
+    BEST_ON_TEST, _chain_line, cluster_size_table, collect, noise_stats, noise_table, plot_series, selection_summary,
     summarise, timing_results, timing_table, weight_summary,
 )
 from noisydml.runs import noises_of, runs_of
@@ -30,6 +32,12 @@ from noisydml.studies.base import ReportContext
 REHEARSAL_NOTE = ("miniature stand-ins of the datasets (their real file formats, a few dozen images) and randomly "
                   "initialised backbones (the published weights' key layout), one epoch: these numbers mean "
                   "nothing. It shows that the profile launches and that every stage and table cell runs.")
+#: Every metric of every run (mean over seeds), what CI compares with the committed one
+#: (:mod:`noisydml.pipeline.guard`).
+ALL_METRICS = "all_metrics.json"
+#: DVC's metrics: one small file per run of the grid (``<dataset>/<noise>/<run>.json``), the few numbers a person
+#: compares, so that ``dvc metrics show`` / ``diff`` and ``dvc exp show`` fit a terminal.
+HEADLINE = "metrics"
 #: Run kinds of the grid's tables; every other kind is a study's own run, reported in its section.
 GRID_KINDS = ("grid", "chain")
 
@@ -38,6 +46,20 @@ def report(params: dict, layout: Layout = Layout()) -> Path:
     out = write_report(params, layout)
     io.write_json(layout.reports / HOST_RECORD, host_fingerprint(params["runtime"]))
     return out
+
+
+def write_headline(summary: pd.DataFrame, params: dict, folder: Path) -> None:
+    """``folder/<dataset>/<noise>/<run>.json``: the metrics of ``report.metrics`` in %, mean over seeds (2 digits),
+    of every run of the grid's tables; files of runs no longer in the grid are removed."""
+    wanted = {}
+    for r in summary.itertuples():
+        wanted[Path(r.dataset) / r.noise / f"{r.method}.json"] = {
+            main_table.metric_head(m): round(100 * float(getattr(r, m)), 2) for m in params["report"]["metrics"]}
+    for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
+        if path.relative_to(folder) not in wanted:
+            path.unlink()
+    for relative, values in wanted.items():
+        io.write_json(folder / relative, values)
 
 
 def write_report(params: dict, layout: Layout) -> Path:
@@ -69,7 +91,7 @@ def write_report(params: dict, layout: Layout) -> Path:
     md = ["# Results", ""]
     if params["report"]["rehearsal"]:
         md += [f"> **Rehearsal**: {REHEARSAL_NOTE}", ""]
-    md += [markdown_table(summary, params["report"]["metrics"], params), ""]
+    md += main_table.markdown(summary, params)
     if chains:
         md += ["Chained runs (params.yaml `chains`; each is a DVC stage that depends on its upstream run):", "",
                *chains, ""]
@@ -117,15 +139,18 @@ def write_report(params: dict, layout: Layout) -> Path:
                + ", ".join(f"{r.dataset}/{r.noise}/{r.method}/seed{r.seed}" for r in inexact.itertuples())
                + f": `evaluate.max_k` ({params['evaluate']['max_k']}) is below the largest test class - 1.", ""]
     io.write_text(out / "results.md", "\n".join(md))
+    io.write_text(out / "results.tex", main_table.latex(summary, params))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
     # per-epoch curves live in metrics/*.json
     flat = every_run.drop(columns=[c for c in every_run.columns if c.startswith(("diag_", "histogram_", "curve_"))])
     io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
-    plot_metric_vs_noise(summary, "precision_at_1", out / "p_at_1_vs_noise.png")
-    plot_noise_per_class(per_class, nominal, out / "noise_per_class.png")
-    plot_selection(per_seed, out / "selection_over_training.png")
-    plot_weight_histograms(per_seed, out / "weights_clean_noisy.png")
+    labels, groups = params["report"]["labels"], params["report"]["panels"]
+    plot_metric_vs_noise(plot_series(summary), "precision_at_1", out / "p_at_1_vs_noise.png", groups, labels,
+                         main_table.metric_head("precision_at_1"))
+    plot_noise_per_class(per_class, nominal, out / "noise_per_class.png", vector=True)
+    plot_selection(per_seed, out / "selection_over_training.png", labels)
+    plot_weight_histograms(per_seed, out / "weights_clean_noisy.png", vector=True, labels=labels)
     io.write_with(out / "selection.csv", lambda p: selection.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "paper_status.csv", lambda p: status.to_csv(p, index=False))
     io.write_with(out / "training_time.csv", lambda p: times.to_csv(p, index=False))
@@ -139,6 +164,7 @@ def write_report(params: dict, layout: Layout) -> Path:
         if not study_rows.empty else study_rows
     combined.update({f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}
                      for r in own_means.itertuples()})
-    io.write_json(out / "metrics.json", combined)
+    io.write_json(out / ALL_METRICS, combined)
+    write_headline(summary, params, out / HEADLINE)
     print((out / "results.md").read_text())
     return out

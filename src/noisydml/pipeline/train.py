@@ -28,7 +28,7 @@ from noisydml.pipeline.pretrained import load_pretrained
 from noisydml.pipeline.rundata import load_run_data, take_upstream
 from noisydml.runs import Run
 from noisydml.studies import find_study_runs
-from noisydml.tracking import MlflowTracker, git_commit
+from noisydml.tracking import MlflowTracker, mlflow_experiment, mlflow_run_name, standard_tags
 
 
 def train(params: dict, run: Run, layout: Layout = Layout(), *, keep_checkpoint: bool = False) -> Path:
@@ -105,16 +105,18 @@ def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Pat
                    pretrained=pretrained)
     main = distributed.current().is_main
     tracker = NullTracker() if not main else MlflowTracker(
-        params["tracking"]["experiment"],
-        name,
+        mlflow_experiment(params, dataset),
+        mlflow_run_name(name_in_grid, noise, seed),
         params={
             "dataset": dataset, "noise": noise, "method": method, "seed": seed,
             "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
-            "method_hparams": hparams, "train": params["train"], **({"chain": chain} if chain else {}),
+            "method_hparams": hparams, "train": params["train"], "runtime": params["runtime"],
+            "evaluate": params["evaluate"], **({"pretrain": params["pretrain"]} if params["train"]["pretrained"] ==
+                                               "embedded" else {}), **({"chain": chain} if chain else {}),
         },
-        tags={"dvc_stage": stage, "git_commit": git_commit(layout.root),
-              "dataset": dataset, "noise": noise, "method": method, "seed": str(seed),
-              "run_fingerprint": spec.fingerprint(), **({"upstream": upstream["run"]} if chain else {})},
+        tags={"dvc_stage": stage, "dataset": dataset, "noise": noise, "method": method, "run": name_in_grid,
+              "seed": str(seed), "run_fingerprint": spec.fingerprint(), **standard_tags(layout.root),
+              **({"upstream": upstream["run"]} if chain else {})},
     )
     checkpoint = layout.checkpoint(dataset, noise, name_in_grid, seed)
     # NOISYDML_STOP_AFTER_EPOCH=k stops the run after epoch k's checkpoint, as a kill would (tests of resume)

@@ -79,12 +79,13 @@ def _ours(ours: pd.DataFrame, method: str, noise: str, rate: float, metric: str,
     return None if hit.empty else 100 * float(hit[metric].iloc[0])
 
 
-def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str]) -> list[str]:
+def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str]) -> tuple[list[str], int]:
     """One paper table in its layout: the paper's number, ours and the difference in every cell both have,
-    then one column per setting our non-paper datasets cover (our numbers alone)."""
+    then one column per setting our non-paper datasets cover (our numbers alone); and how many cells hold a
+    number of ours."""
     cells = cells[cells["metric"].map(_is_retrieval)]
     if cells.empty:
-        return []
+        return [], 0
     columns = cells.drop_duplicates(["dataset", "noise", "rate", "metric"])
     extra = []  # (our dataset, noise, rate, metric) our non-paper datasets cover
     if not ours.empty:
@@ -98,7 +99,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
     header += [f"ours: {d} ({'' if n in ('clean', 'real') else f'{100 * r:g}% '}{METRIC_SHORT.get(m, m)}; "
                "not a paper dataset)" for d, n, r, m in extra]
     out = ["| row | " + " | ".join(header) + " |", "|" + "---|" * (len(header) + 1)]
-    notes = {}
+    notes, ran = {}, 0
     for row, group in cells.groupby("row", sort=False):
         method = group["method"].iloc[0]
         values = []
@@ -112,6 +113,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
             text = f"{paper:.2f}" + (f" ± {hit['std'].iloc[0]:.2f}" if pd.notna(hit["std"].iloc[0]) else "")
             mine = _ours(ours, method, col.noise, col.rate, col.metric, kind=col.dataset)
             if mine is not None:
+                ran += 1
                 text += f" · ours {mine:.2f} ({mine - paper:+.2f})"
                 best = (_ours(ours, method, col.noise, col.rate, BEST_ON_TEST, kind=col.dataset)
                         if col.metric == "precision_at_1" else None)
@@ -120,6 +122,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
             values.append(text)
         for d, n, r, m in extra:
             mine = _ours(ours, method, n, r, m, dataset=d)
+            ran += mine is not None
             values.append("" if mine is None else f"{mine:.2f}")
         note = group["note"].iloc[0]
         mark = ""
@@ -130,7 +133,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
         out.append(f"| {name} | " + " | ".join(values) + " |")
     out.append("")
     out += [f"‡ {row}: {note}." for row, note in notes.items()]
-    return out + ([""] if notes else [])
+    return out + ([""] if notes else []), ran
 
 
 def status_table(references: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
@@ -177,10 +180,15 @@ def reference_section(references: pd.DataFrame, summary: pd.DataFrame, params: d
           "keeps its best test epoch reports, as some authors' code does (README: where we differ). It shows how "
           "much of a difference model selection explains; our number (the last epoch) is the result.", "",
           status.to_markdown(index=False), ""]
+    idle = []
     for (paper, table), cells in references.groupby(["paper", "table"], sort=False):
-        lines = side_by_side(cells, ours, paper_kinds)
+        lines, ran = side_by_side(cells, ours, paper_kinds)
         caption = cells["caption"].iloc[0]
-        md += [f"### {paper} {table}: {caption}", ""]
-        md += lines or [f"({cells['note'].iloc[0] or 'no retrieval metric'}; the paper's numbers are in "
-                        f"references/papers/{paper.lower()}.csv)", ""]
+        if ran:
+            md += [f"### {paper} {table}: {caption}", "", *lines]
+            continue
+        why = (cells["note"].iloc[0] if not lines else "none of its cells ran with these params") or "no retrieval metric"
+        idle.append(f"- {paper} {table} ({caption}): {why}; its numbers: references/papers/{paper.lower()}.csv")
+    if idle:
+        md += ["### The papers' tables with nothing of ours", "", *idle, ""]
     return md, status

@@ -16,11 +16,6 @@ from noisydml import io
 from noisydml.runs import Run, noises_of
 
 
-def row_names(params: dict) -> list[str]:
-    """Rows of the results table: the grid's methods, then the chained runs' names."""
-    return list(dict.fromkeys([*params["grid"]["methods"], *(c["name"] for c in params["chains"].values())]))
-
-
 #: The highest test P@1 over the monitored epochs (every ``train.eval_every`` epochs and the last): the figure a
 #: trainer that keeps its best test epoch reports (the PRISM authors' code, every 100 iterations). Test-selected, so
 #: only ever shown labelled as such beside our protocol's number.
@@ -68,47 +63,6 @@ def summarise(per_seed: pd.DataFrame, metric_names: list[str]) -> pd.DataFrame:
     out = pd.concat([mean, std], axis=1).reset_index()
     out.insert(len(keys), "seeds", grouped.size().to_numpy())
     return out
-
-
-def _selection_text(train: dict) -> str:
-    if train["model_selection"] == "best_validation":
-        return (f"model of the epoch with the best validation P@1 on {train['validation_classes']} held-out "
-                "training classes; the test set never selects")
-    return "final epoch, no test-set model selection"
-
-
-def markdown_table(summary: pd.DataFrame, metrics: list[str], params: dict) -> str:
-    """Rows = methods, columns = dataset x noise, cells = the chosen metrics in percent."""
-    short = {"precision_at_1": "P@1", "mean_average_precision_at_r": "MAP@R", "r_precision": "RP", "nmi": "NMI"}
-    short.update({f"recall_at_{k}": f"R@{k}" for k in params["evaluate"]["recall_at"]})
-    grid = params["grid"]
-    columns = [(d, n) for d in grid["datasets"] for n in noises_of(grid)]
-    header = "| method | " + " | ".join(f"{d} / {n}" for d, n in columns) + " |"
-    lines = [
-        f"Cells: {' / '.join(short.get(m, m) for m in metrics)} in %, mean over {len(grid['seeds'])} seed(s)"
-        + (" (± sample standard deviation, ddof=1)" if len(grid["seeds"]) > 1 else "") + "; "
-        + _selection_text(params["train"]) + ".",
-        "",
-        header,
-        "|" + "---|" * (len(columns) + 1),
-    ]
-    indexed = summary.set_index(["dataset", "noise", "method"])
-    for method in row_names(params):
-        cells = []
-        for d, n in columns:
-            if (d, n, method) not in indexed.index:
-                cells.append("-")  # a chained run exists only where its entry in `chains` puts it
-                continue
-            row = indexed.loc[(d, n, method)]
-            parts = []
-            for m in metrics:
-                text = f"{100 * row[m]:.1f}"
-                if row["seeds"] > 1 and pd.notna(row[m + "_std"]):
-                    text += f"±{100 * row[m + '_std']:.1f}"
-                parts.append(text)
-            cells.append(" / ".join(parts))
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def _fmt_range(summary: dict) -> str:

@@ -242,11 +242,11 @@ def report(ctx: ReportContext) -> list[str]:
     md += ["## BSPML retrained per cell (Figs. 3-4)", "", *bspml_cells_lines(cells, cell_section),
            f"![MAW, SDAW and Recall@1 over (mu, lambda)]({ctx.link('bspml_cells.png')})", ""]
     plot_embedding_size(sizes, f"Recall@1 against embedding size, {fig5['dataset']} / {fig5['noise']}",
-                        out / "embedding_size.png", empty="no embedding-size runs (figures.embedding_size.dims is [])")
+                        out / "embedding_size.png", empty="no embedding-size runs (figures.embedding_size.dims is [])", vector=True)
     io.write_with(out / "embedding_size.csv", lambda p: sizes.to_csv(p, index=False, float_format="%.6f"))
     plot_grid_maps(cells, f"BSPML retrained per cell, {cell_section['dataset']} / {cell_section['noise']} (mean over "
                    "seeds)", out / "bspml_cells.png", columns=("maw", "sdaw", "recall_at_1"),
-                   empty="no cells (figures.bspml_cells.lambdas is [])")
+                   empty="no cells (figures.bspml_cells.lambdas is [])", vector=True)
     io.write_with(out / "bspml_cells.csv", lambda p: cells.to_csv(p, index=False, float_format="%.6f"))
     return md
 

@@ -200,7 +200,7 @@ def report(ctx: ReportContext) -> list[str]:
                pd.DataFrame([{"method": label, "seconds/epoch": round(seconds, 2),
                               "SGPS paper (CARS 10% / 50%, GPU h)": " / ".join(map(str, paper))}
                              for label, seconds, paper in timed]).to_markdown(index=False), ""]
-    plot_training_curves(per_seed, out / "curves_over_training.png",
+    plot_training_curves(per_seed, out / "curves_over_training.png", vector=True, labels=ctx.params["report"]["labels"],
                          methods=("prism", "sgps", "sgps_supcon", "sgps_posterior"), solid=("sgps",),
                          title=" (SGPS Fig. 8)", empty="no PRISM or SGPS run in the grid")
     io.write_with(out / "sgps_posterior.csv", lambda p: posterior.to_csv(p, index=False, float_format="%.6f"))

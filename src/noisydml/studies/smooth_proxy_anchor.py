@@ -72,7 +72,8 @@ def report(ctx: ReportContext) -> list[str]:
     plot_weight_histograms(per_seed[per_seed["method"].isin(shown)] if not per_seed.empty else per_seed,
                            ctx.out / "spa_confidence_clean_noisy.png", column="histogram_confidence",
                            xlabel="c(x, given label) (phase 1) / S(c) (phase 2)",
-                           empty="no smooth_proxy_anchor chain in params.yaml")
+                           empty="no smooth_proxy_anchor chain in params.yaml", vector=True,
+                           labels=ctx.params["report"]["labels"])
     io.write_with(ctx.out / "smooth_proxy_anchor.csv", lambda p: spa.to_csv(p, index=False, float_format="%.6f"))
     return md
 

@@ -1,0 +1,134 @@
+"""The report's own figures (the report stage alone imports this module, so changing a figure re-runs only the
+report): faceted so that no panel draws more than :data:`MAX_LINES` lines, legends outside the data, PDF beside
+PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from noisydml.reporting.plots import _legend_right, _save, plt
+
+#: Lines one panel draws at most: more, and colours repeat and the legend hides the data.
+MAX_LINES = 8
+
+
+def panels(runs: list[str], groups: dict[str, list[str]], most: int = MAX_LINES) -> list[tuple[str, list[str]]]:
+    """``runs`` split into titled panels: one per group of ``groups`` (``report.panels``) that holds any, then
+    ``other`` for the rest, each in ``runs``' order and cut into panels of at most ``most`` runs."""
+    placed = [(title, [r for r in runs if r in members]) for title, members in groups.items()]
+    listed = {r for _, members in placed for r in members}
+    placed.append(("other", [r for r in runs if r not in listed]))
+    out = []
+    for title, members in placed:
+        parts = -(-len(members) // most)  # as few panels as the cap allows, filled evenly (9 -> 5 + 4, not 8 + 1)
+        chunks = [members[k * len(members) // parts:(k + 1) * len(members) // parts] for k in range(parts)]
+        out += [(title if parts == 1 else f"{title} ({k + 1}/{parts})", chunk) for k, chunk in enumerate(chunks)]
+    return out
+
+
+def _row_legend(axes) -> None:
+    """One legend for a row of panels (every run any of them draws, once), outside the last one."""
+    handles, names = [], []
+    for ax in axes:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    if handles:
+        axes[-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+                        frameon=False)
+
+
+def plot_metric_vs_noise(points: pd.DataFrame, metric: str, path: Path, groups: dict[str, list[str]],
+                         labels: dict[str, str], head: str) -> None:
+    """``metric`` (%, called ``head``) against the noise rate, mean ± sample sd over seeds as error bars: one row of
+    panels per (dataset, group of runs: :func:`panels`), one column per noise kind, one line per run (a run at a
+    single rate, such as a chained run, is a point), the row's legend outside its last panel.
+
+    ``points`` has columns dataset, method, noise_kind, noise_rate, seeds, ``metric`` and ``metric``_std. Clean
+    labels (kind ``none``) are the rate-0 point of every kind's line.
+    """
+    layout = []  # (dataset, panel title, runs)
+    for dataset in dict.fromkeys(points["dataset"]):
+        rows = points[points["dataset"] == dataset]
+        layout += [(dataset, title, runs) for title, runs in panels(list(dict.fromkeys(rows["method"])), groups)
+                   if runs]
+    kinds = [k for k in dict.fromkeys(points["noise_kind"]) if k != "none"] or ["none"]
+    fig, axes = plt.subplots(len(layout), len(kinds), figsize=(4.2 * len(kinds) + 2.8, 3.0 * len(layout)),
+                             squeeze=False, sharey="row", layout="constrained")
+    seeds = int(points["seeds"].max()) if "seeds" in points and len(points) else 1
+    span = (points["noise_rate"].min(), points["noise_rate"].max())
+    pad = 0.05 * max(span[1] - span[0], 0.1)
+    for (dataset, title, runs), row_axes in zip(layout, axes):
+        rows = points[points["dataset"] == dataset]
+        for ax, kind in zip(row_axes, kinds):
+            drawn = 0
+            for i, run in enumerate(runs):
+                line = rows[(rows["method"] == run) & rows["noise_kind"].isin({kind, "none"})].sort_values("noise_rate")
+                if line.empty:
+                    continue
+                sd = line.get(f"{metric}_std")
+                ax.errorbar(line["noise_rate"], 100 * line[metric], yerr=None if sd is None else 100 * sd.fillna(0),
+                            fmt="o-", markersize=4, capsize=3, color=f"C{i}", label=labels.get(run, run))
+                drawn += 1
+            ax.set_title(f"{dataset}, {title}" + (f": {kind} noise" if kind != "none" else ""), fontsize=9)
+            ax.set_xlim(span[0] - pad, span[1] + pad)
+            ax.set_xlabel("noise rate")
+            ax.grid(alpha=0.3)
+            if not drawn:
+                ax.text(0.5, 0.5, f"no run of this panel\nunder {kind} noise", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=8, color="grey")
+        row_axes[0].set_ylabel(f"{head} (%)")
+        _row_legend(row_axes)
+    spread = f"sample sd over {seeds} seeds" if seeds > 1 else "none (one seed)"
+    fig.suptitle(f"{head} against the noise rate; error bars: {spread}", fontsize=10)
+    _save(fig, path, vector=True)
+
+
+def plot_selection(per_seed: pd.DataFrame, path: Path, labels: dict[str, str] | None = None) -> None:
+    """Selection precision (solid) and recall (dashed) per epoch, mean over seeds: one panel per (dataset, noise
+    setting), one colour per run (at most :data:`MAX_LINES` runs a panel), the legend outside; dotted: the clean
+    fraction of the labels (what a selection no better than chance reaches)."""
+    from matplotlib.lines import Line2D
+
+    labels = labels or {}
+    rows = per_seed.dropna(subset=["diag_selection_precision"]) if "diag_selection_precision" in per_seed else per_seed.iloc[:0]
+    settings = []  # (dataset, noise, runs of one panel)
+    for (dataset, noise), group in rows.groupby(["dataset", "noise"], sort=False):
+        settings += [(dataset, noise, runs) for _, runs in panels(list(dict.fromkeys(group["method"])), {})]
+    fig, axes = plt.subplots(1, max(1, len(settings)), figsize=(4.4 * max(1, len(settings)) + 2.4, 3.6),
+                             squeeze=False, sharey=True, layout="constrained")
+    if not settings:
+        axes[0, 0].text(0.5, 0.5, "no run in the grid selects samples", ha="center", va="center")
+        axes[0, 0].set_axis_off()
+    for ax, (dataset, noise, runs) in zip(axes[0], settings):
+        group = rows[(rows["dataset"] == dataset) & (rows["noise"] == noise)]
+        for i, run in enumerate(runs):
+            of_run = group[group["method"] == run]
+            for column, style in (("diag_selection_precision", "-"), ("diag_selection_recall", "--")):
+                curves = np.array([[np.nan if v is None else v for v in c] for c in of_run[column]], dtype=float)
+                mean = np.nanmean(curves, axis=0)
+                ax.plot(np.arange(1, len(mean) + 1), mean, style, color=f"C{i}", marker="o", markersize=3,
+                        label=labels.get(run, run) if style == "-" else None)
+        ax.axhline(1 - group["actual_noise_rate"].iloc[0], color="k", linestyle=":", linewidth=1)
+        ax.set_title(f"{dataset} / {noise}", fontsize=9)
+        ax.set_xlabel("epoch")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    if settings:
+        axes[0, 0].set_ylabel("share of samples")
+        handles, names = [], []
+        for ax in axes[0]:
+            for h, n in zip(*ax.get_legend_handles_labels()):
+                if n not in names:
+                    handles.append(h)
+                    names.append(n)
+        handles += [Line2D([], [], color="grey", linestyle="-"), Line2D([], [], color="grey", linestyle="--"),
+                    Line2D([], [], color="k", linestyle=":")]
+        names += ["precision (kept that are clean)", "recall (clean that are kept)", "clean fraction (chance)"]
+        fig.legend(handles, names, fontsize=7, loc="outside right center", frameon=False)
+        fig.suptitle("sample selection over training (the trainer's scores from ground truth)", fontsize=10)
+    _save(fig, path, vector=True)
