@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from noisydml.reporting.plots import _legend_right, _save, plt
+from noisydml.reporting.plots import _save, plt
 
 #: Lines one panel draws at most: more, and colours repeat and the legend hides the data.
 MAX_LINES = 8
@@ -29,14 +29,20 @@ def panels(runs: list[str], groups: dict[str, list[str]], most: int = MAX_LINES)
     return out
 
 
-def _row_legend(axes) -> None:
-    """One legend for a row of panels (every run any of them draws, once), outside the last one."""
+def _unique_handles(axes) -> tuple[list, list[str]]:
+    """The legend entries of every panel of ``axes``, each name once, in drawing order."""
     handles, names = [], []
     for ax in axes:
         for handle, name in zip(*ax.get_legend_handles_labels()):
             if name not in names:
                 handles.append(handle)
                 names.append(name)
+    return handles, names
+
+
+def _row_legend(axes) -> None:
+    """One legend for a row of panels (every run any of them draws, once), outside the last one."""
+    handles, names = _unique_handles(axes)
     if handles:
         axes[-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
                         frameon=False)
@@ -120,12 +126,7 @@ def plot_selection(per_seed: pd.DataFrame, path: Path, labels: dict[str, str] | 
         ax.grid(alpha=0.3)
     if settings:
         axes[0, 0].set_ylabel("share of samples")
-        handles, names = [], []
-        for ax in axes[0]:
-            for h, n in zip(*ax.get_legend_handles_labels()):
-                if n not in names:
-                    handles.append(h)
-                    names.append(n)
+        handles, names = _unique_handles(axes[0])
         handles += [Line2D([], [], color="grey", linestyle="-"), Line2D([], [], color="grey", linestyle="--"),
                     Line2D([], [], color="k", linestyle=":")]
         names += ["precision (kept that are clean)", "recall (clean that are kept)", "clean fraction (chance)"]
