@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from noisydml.reporting.main_table import SHORT as METRIC_HEADS, metric_head
 from noisydml.reporting.tables import BEST_ON_TEST
 
 #: Our dataset kinds whose labels are the dataset's own noise (a paper's "real" setting, not "clean").
@@ -22,7 +23,6 @@ REAL_NOISE_KINDS = {"cars98n", "food101n", "clothing1m"}
 #: Paper datasets, short names as the papers print them.
 SHORT = {"cars196": "CARS", "sop": "SOP", "cub200": "CUB", "cars98n": "CARS-98N", "food101n": "Food-101N",
          "clothing1m": "Clothing1M", "inshop": "In-shop"}
-METRIC_SHORT = {"precision_at_1": "P@1", "mean_average_precision_at_r": "MAP@R", "nmi": "NMI"}
 #: Metrics our runs report (the rest: training seconds, GPU hours, face verification, shown as the paper's only).
 RETRIEVAL = ("precision_at_1", "mean_average_precision_at_r", "nmi", "recall_at_")
 #: Within how many points a P@1 (Recall@1) cell counts as reproduced.
@@ -65,7 +65,7 @@ def _is_retrieval(metric: str) -> bool:
 
 
 def _column_label(cell) -> str:
-    metric = METRIC_SHORT.get(cell.metric, cell.metric.replace("recall_at_", "R@"))
+    metric = metric_head(cell.metric)
     setting = f"{100 * cell.rate:g}%" if cell.noise not in ("clean", "real", "") else ""
     return " ".join(x for x in (SHORT.get(cell.dataset, cell.dataset), setting, metric) if x)
 
@@ -96,7 +96,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
                        for m in cells["method"].unique()):
                     extra.append((dataset, col.noise, col.rate, col.metric))
     header = [_column_label(c) for c in columns.itertuples()]
-    header += [f"ours: {d} ({'' if n in ('clean', 'real') else f'{100 * r:g}% '}{METRIC_SHORT.get(m, m)}; "
+    header += [f"ours: {d} ({'' if n in ('clean', 'real') else f'{100 * r:g}% '}{METRIC_HEADS.get(m, m)}; "
                "not a paper dataset)" for d, n, r, m in extra]
     out = ["| row | " + " | ".join(header) + " |", "|" + "---|" * (len(header) + 1)]
     notes, ran = {}, 0
