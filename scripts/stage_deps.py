@@ -71,7 +71,7 @@ def relative(paths) -> list[str]:
 
 #: Stages of dvc.yaml -> the stage script whose closure is their code (train_chain runs stages/train.py).
 SCRIPT_OF = {"train_chain": "train", "train_on_run_noise": "train", "train_embedding_size": "train",
-             "train_bspml_cell": "train", "train_sgps_ablation": "train",
+             "train_bspml_cell": "train", "train_sgps_ablation": "train", "train_tuned": "train",
              "corrupt_from_run": "corrupt"}
 #: A stage's first line in dvc.yaml: ``  <name>:``, maybe with a YAML anchor (``  train: &train_stage``).
 #: A method's own module, e.g. ``src/noisydml/methods/bspml.py``.

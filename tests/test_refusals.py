@@ -70,10 +70,10 @@ def test_check_help_is_help_not_a_file_name():
 
 
 def test_the_pretrain_bound_is_the_fonts_count():
-    from noisydml.config import PRETRAIN_SCHEMA
+    from noisydml.config import PRETRAIN_SOURCE_CLASSES
     from noisydml.data.glyphs import source_chars
 
-    assert len(source_chars()) == PRETRAIN_SCHEMA["classes"].max
+    assert len(source_chars()) == PRETRAIN_SOURCE_CLASSES["glyphs"]
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "scripts").glob("*.py")))

@@ -25,6 +25,7 @@ from noisydml.schema import (
     Field, ParamsError, _check_value, check_choice, check_name, check_section, check_sha256, check_unique,
     mapping_or_empty,
 )
+from noisydml.tuning import check_tuning
 
 __all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_params"]
 
@@ -108,7 +109,7 @@ GRID_SCHEMA = {
     "seeds": Field(list, [0], item_type=int, min=0),
 }
 TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "noise_runs", "pretrain", "weights", "train", "runtime",
-             "evaluate", "methods", "chains", "tracking", "report", "timing", "figures")
+             "evaluate", "methods", "chains", "tuning", "tracking", "report", "timing", "figures")
 #: Published backbone weights ``train.pretrained`` can name; the pretrain stage fetches and checks them.
 WEIGHTS_SCHEMA = {
     "backbone": Field(str, help="the train.backbone these weights are for"),
@@ -117,12 +118,16 @@ WEIGHTS_SCHEMA = {
                               "by (at least 8; torch hub's convention, e.g. resnet50-0676ba61.pth)"),
     "where": Field(str, "", help="where to get the file by hand when the url fails"),
 }
-#: The pretrain stage (``train.pretrained: embedded``): the backbone learns to classify source glyphs, characters
-#: disjoint from every class of the ``glyphs`` dataset (:func:`noisydml.data.glyphs.source_chars`).
+#: The pretrain stage (``train.pretrained: embedded``): the backbone learns to classify an embedded source set
+#: disjoint from every class of its dataset: source glyphs (:func:`noisydml.data.glyphs.source_chars`) or source
+#: motifs (:func:`noisydml.data.motifs.source_genera`).
+#: The classes each source set has: 567 characters matplotlib's fonts give (18 s to count, so checked by this bound
+#: and tested against the count), 576 motif species (144 source genera x 4).
+PRETRAIN_SOURCE_CLASSES = {"glyphs": 567, "motifs": 576}
 PRETRAIN_SCHEMA = {
-    # 567: the source characters matplotlib's fonts give (data/glyphs.source_chars, 18 s to count, so checked here
-    # by this bound and tested against the count)
-    "classes": Field(int, 400, min=2, max=567, help="source characters (at most the 567 available)"),
+    "source": Field(str, "glyphs", choices=tuple(PRETRAIN_SOURCE_CLASSES),
+                    help="the embedded source set: glyphs (grey characters) | motifs (RGB shapes)"),
+    "classes": Field(int, 400, min=2, help="source classes (at most the source set's: glyphs 567, motifs 576)"),
     "images_per_class": Field(int, 32, min=6, help="rendered views per source character (4 held out)"),
     "image_size": Field(int, 32, min=8, help="side of the source images"),
     "epochs": Field(int, 15, min=1),
@@ -397,8 +402,8 @@ def validate_params(raw: Any) -> dict[str, Any]:
     unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
         raise ParamsError(f"params: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL)}")
-    for key in ("grid", "datasets", "noise", "noise_runs", "pretrain", "weights", "methods", "chains", "train",
-                "runtime", "evaluate", "tracking", "report", "timing", "figures"):
+    for key in ("grid", "datasets", "noise", "noise_runs", "pretrain", "weights", "methods", "chains", "tuning",
+                "train", "runtime", "evaluate", "tracking", "report", "timing", "figures"):
         if key not in raw:
             raise ParamsError(f"params: missing required section {key!r} (no hidden defaults: every section "
                               "is written out in params.yaml)")
@@ -434,6 +439,10 @@ def validate_params(raw: Any) -> dict[str, Any]:
     check_model_selection(train, "train")
     p["train"] = train
     p["pretrain"] = check_section(raw["pretrain"], PRETRAIN_SCHEMA, "pretrain")
+    available = PRETRAIN_SOURCE_CLASSES[p["pretrain"]["source"]]
+    if p["pretrain"]["classes"] > available:
+        raise ParamsError(f"pretrain.classes: {p['pretrain']['classes']} is above the maximum {available} (the "
+                          f"{p['pretrain']['source']} source set's classes); allowed: 2..{available}")
     p["weights"] = _check_weights(raw["weights"])
     if train["pretrained"] in p["weights"] and p["weights"][train["pretrained"]]["backbone"] != train["backbone"]:
         raise ParamsError(f"train.pretrained: weights {train['pretrained']!r} are for backbone "
@@ -476,6 +485,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
     p["grid"] = grid
     p["noise_runs"] = _check_noise_runs(raw["noise_runs"], p)
     p["chains"] = _check_chains(raw["chains"], p)
+    p["tuning"] = check_tuning(raw["tuning"], p)
     p["timing"] = _check_timing(raw["timing"], p)
     # figures.<key>: sections the studies own (noisydml.studies), validated by each study where it is used and all
     # at once by noisydml.pipeline.check: editing a study's check re-runs that study's stages, not the grid

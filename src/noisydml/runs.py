@@ -6,8 +6,9 @@ as the stage's output: DVC's templates cannot call Python, so tests/test_runs.py
 stage that trains it, and the overrides it trains with. The train stage, the evaluate stage and the report take
 runs from here; nothing decodes a folder name back into settings.
 
-Kinds of run here: the grid (datasets x noises x methods x seeds) and chained runs (``chains``: trained from
-another run, at every seed of the grid unless the chain names its seeds). A study (:mod:`noisydml.studies`) returns its own runs as the same values (e.g. ``embedding_size``
+Kinds of run here: the grid (datasets x noises x methods x seeds), chained runs (``chains``: trained from
+another run, at every seed of the grid unless the chain names its seeds) and tuned runs (``tuning``: a method with
+the values its tune stage chose, :mod:`noisydml.tuning`, at every seed of the grid). A study (:mod:`noisydml.studies`) returns its own runs as the same values (e.g. ``embedding_size``
 points, ``bspml_cell`` cells, ``sgps_ablation`` variants). Light: no torch; it reads validated params only.
 """
 
@@ -19,6 +20,7 @@ from pathlib import PurePosixPath
 from typing import Any, Mapping
 
 from noisydml.schema import ParamsError
+from noisydml.tuning import CHOSEN_FILE, TUNED_SUFFIX, studies_of, study_folder
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class Run:
     #: Where the run sits in its figure or table: ``embedding_dim``; ``lambda`` and ``mu``; ``variant`` and
     #: ``group`` (the report reads these, never the folder name).
     point: dict[str, Any] = field(default_factory=dict)
+    #: A tuned run's ``tuning/<dataset>/<noise>/<method>/chosen.json`` (its tune stage's output: the values it
+    #: trains with, read by the train stage); None for every other kind.
+    chosen: str | None = None
 
     @property
     def folder(self) -> str:
@@ -74,13 +79,24 @@ def noises_of(grid: Mapping) -> list[str]:
 
 
 def runs_of(params: Mapping[str, Any]) -> list[Run]:
-    """The grid's runs and the chained runs of (validated) params; the studies add their own runs
+    """The grid's runs, the chained runs and the tuned runs of (validated) params; the studies add their own runs
     (:func:`noisydml.studies.all_runs`)."""
     grid = params["grid"]
     runs = [Run("grid", f"{'train' if n in grid['noises'] else 'train_on_run_noise'}@{run_name(d, n, m, s)}",
                 d, n, m, s, m)
             for d, n, m, s in itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
-    return runs + chain_runs(params)
+    return runs + chain_runs(params) + tuned_runs(params)
+
+
+def tuned_runs(params: Mapping[str, Any]) -> list[Run]:
+    """Each tuning study's method trained with the values it chose (``chosen.json``, its tune stage's output) on
+    the full training set, at every seed of the grid: run ``<method>_tuned``, stage
+    ``train_tuned@<dataset>-<noise>-<method>-<seed>``. None without a ``tuning`` section (e.g. a study's own params)."""
+    if "tuning" not in params:
+        return []
+    return [Run("tuned", f"train_tuned@{run_name(d, n, m, s)}", d, n, m + TUNED_SUFFIX, s, m,
+                chosen=f"{study_folder(d, n, m)}/{CHOSEN_FILE}")
+            for d, n, m in studies_of(params) for s in params["grid"]["seeds"]]
 
 
 def chain_runs(params: Mapping[str, Any]) -> list[Run]:

@@ -44,6 +44,16 @@ def _prepare_glyphs(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers
     return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "glyphs", **cfg})
 
 
+def _prepare_motifs(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
+    from noisydml.data import motifs
+
+    with tqdm(total=cfg["num_classes"], desc=f"prepare {name}: rendering classes", unit="class") as bar:
+        images, labels, class_names = motifs.generate(
+            cfg["num_classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"], progress=bar
+        )
+    return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "motifs", **cfg})
+
+
 def _prepare_folder(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
     from noisydml.data.folder import load_folder_dataset, scan_folder_dataset
 
@@ -72,6 +82,17 @@ DATASET_KINDS: dict[str, DatasetKind] = {
             "seed": Field(int, 0, min=0),
         },
         prepare=_prepare_glyphs,
+        train_classes=lambda cfg: cfg["num_classes"] // 2,
+    ),
+    "motifs": DatasetKind(
+        schema={
+            # 576: 144 genera x 4 species (noisydml.data.motifs.max_classes; a test checks the bound)
+            "num_classes": Field(int, 200, min=4, max=576, help="species (fine-grained classes); 576 are available"),
+            "images_per_class": Field(int, 32, min=2),
+            "image_size": Field(int, 32, min=8, max=64),
+            "seed": Field(int, 0, min=0),
+        },
+        prepare=_prepare_motifs,
         train_classes=lambda cfg: cfg["num_classes"] // 2,
     ),
     "folder": DatasetKind(

@@ -100,6 +100,7 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
         "num_classes": int(len(np.unique(data["labels"]))),
         "metrics": metrics, "training": training, "k_used": k_used, "map_at_r_exact": exact,
         "selected_epoch": run_info.get("selected_epoch"), "model_selection": run_info.get("model_selection"),
+        **({"tuned": run_info["tuned"]} if "tuned" in run_info else {}),  # a tuned run: its values, how chosen
         "inputs_sha256": inputs_digest(params, run),
     }
     io.write_json(layout.metrics(dataset, noise, name, seed), result)

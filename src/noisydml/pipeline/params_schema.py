@@ -22,6 +22,7 @@ from noisydml.methods import load_spec, method_names
 from noisydml.noise import FEATURES_SCHEMA, NOISE_KINDS
 from noisydml.runtime import RUNTIME_SCHEMA
 from noisydml.schema import Field, section_model
+from noisydml import tuning
 from noisydml.studies import load_study, study_names
 
 SCHEMA_FILE = "params.schema.json"
@@ -103,6 +104,12 @@ def params_json_schema() -> dict[str, Any]:
         "report": _section(config.REPORT_SCHEMA, "report"),
         "timing": _section(config.TIMING_SCHEMA, "timing", {
             "entries": _named(_section(config.TIMING_ENTRY_SCHEMA, "timing entry"), "label -> timed run")}),
+        "tuning": _section(tuning.TUNING_SCHEMA, "tuning", {
+            "sampler": _section(tuning.SAMPLER_SCHEMA, "tuning.sampler"),
+            "spaces": {"type": "object", "additionalProperties": {
+                "type": "object", "description": "key (train.<key> or a key of methods.<method>) -> range or choices",
+                "additionalProperties": {"anyOf": [_section(tuning.RANGE_SCHEMA, "tuning range"),
+                                                   _section(tuning.CHOICES_SCHEMA, "tuning choices")]}}}}),
         "figures": {"type": "object", "properties": studies, "additionalProperties": False},
         "profiles": {"type": "object", "description": "named lists of `dvc exp run -S` arguments"},
     }

@@ -1,7 +1,8 @@
 """The pretrain stage: ``train.pretrained: embedded`` -> ``data/pretrained/`` (backbone weights and a card).
 
-Renders the source glyph set (characters disjoint from every class of the
-``glyphs`` dataset, :func:`noisydml.data.glyphs.source_chars`) and trains
+Renders the source set ``pretrain.source`` names -- glyphs (characters disjoint from every class of the
+``glyphs`` dataset, :func:`noisydml.data.glyphs.source_chars`) or motifs (genera disjoint from every class of the
+``motifs`` dataset, :func:`noisydml.data.motifs.source_genera`) -- and trains
 ``train.backbone`` to classify it (:mod:`noisydml.engine.pretrain`). Every train
 stage depends on ``data/pretrained/``: with another ``train.pretrained`` the
 stage writes only a card saying so (no training), and the runs start from
@@ -37,14 +38,17 @@ def pretrain(params: dict, layout: Layout = Layout()) -> dict:
         print(f"pretrain: train.pretrained is {train_cfg['pretrained']!r}; nothing to pretrain")
         return card
 
-    from noisydml.data.glyphs import generate_source
     from noisydml.engine.pretrain import pretrain_backbone
 
     if params["runtime"]["threads"]:
         torch.set_num_threads(params["runtime"]["threads"])
     t0 = time.perf_counter()
+    if cfg["source"] == "motifs":
+        from noisydml.data.motifs import generate_source
+    else:
+        from noisydml.data.glyphs import generate_source
     images, labels, names = generate_source(cfg["classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"])
-    print(f"pretrain: rendered {len(images)} images of {len(names)} source characters in "
+    print(f"pretrain: rendered {len(images)} images of {len(names)} source classes ({cfg['source']}) in "
           f"{time.perf_counter() - t0:.1f}s")
     state, measured = pretrain_backbone(train_cfg, cfg, images, labels, progress=params["runtime"]["progress"])
     with io.atomic_dir(out) as tmp:

@@ -27,6 +27,7 @@ from noisydml.reporting.tables import (
 from noisydml.runs import noises_of, runs_of
 from noisydml.studies import check_study, load_study, study_names
 from noisydml.studies.base import ReportContext
+from noisydml.tuning import TUNED_SUFFIX, split_key, studies_of, value_at
 
 #: What a rehearsal's report says first (``report.rehearsal``; :mod:`noisydml.pipeline.rehearsal`).
 REHEARSAL_NOTE = ("miniature stand-ins of the datasets (their real file formats, a few dozen images) and randomly "
@@ -39,7 +40,7 @@ ALL_METRICS = "all_metrics.json"
 #: compares, so that ``dvc metrics show`` / ``diff`` and ``dvc exp show`` fit a terminal.
 HEADLINE = "metrics"
 #: Run kinds of the grid's tables; every other kind is a study's own run, reported in its section.
-GRID_KINDS = ("grid", "chain")
+GRID_KINDS = ("grid", "chain", "tuned")
 
 
 def report(params: dict, layout: Layout = Layout()) -> Path:
@@ -60,6 +61,32 @@ def write_headline(summary: pd.DataFrame, params: dict, folder: Path) -> None:
             path.unlink()
     for relative, values in wanted.items():
         io.write_json(folder / relative, values)
+
+
+def tuning_lines(params: dict, layout: Layout) -> list[str]:
+    """The tuned runs' values and how they were chosen (their tune stage's chosen.json, as evaluated): one row per
+    study, each key as untuned -> chosen."""
+    studies = studies_of(params)
+    if not studies:
+        return []
+    rows = []
+    for dataset, noise, method in studies:
+        seed = params["grid"]["seeds"][0]  # every seed of a tuned run trains with the same values
+        tuned = io.read_json(layout.metrics(dataset, noise, method + TUNED_SUFFIX, seed))["tuned"]
+        values = ", ".join(f"{key}: {value_at(params, split_key(method, key), key)!r} -> {value!r}"
+                           for key, value in tuned["values"].items())
+        first = "; ".join(f"{100 * t['val_precision_at_1']:.2f}" for t in tuned["first_trials"])
+        rows.append({"dataset": dataset, "noise": noise, "method": method, "untuned -> chosen": values,
+                     "chosen trial": f"{tuned['trial'] + 1} of {tuned['trials']}",
+                     "val P@1 chosen": f"{100 * tuned['val_precision_at_1']:.2f}",
+                     "val P@1 first trials (paper; untuned)": first})
+    t = params["tuning"]
+    return ["## Tuning", "",
+            f"The `(tuned)` rows: each method with the values its tuning study chose, the same budget for every "
+            f"method ({t['trials']} trials, Optuna's {t['sampler']['name']} sampler, seed {t['seed']}), scored by the "
+            f"P@1 of {t['validation_classes']} training classes held out by noisy label (never the test split); the "
+            "first trial is the paper's values, the second the untuned run's. Then trained on the full training set "
+            "at every seed.", "", pd.DataFrame(rows).to_markdown(index=False), ""]
 
 
 def write_report(params: dict, layout: Layout) -> Path:
@@ -95,6 +122,7 @@ def write_report(params: dict, layout: Layout) -> Path:
     if chains:
         md += ["Chained runs (params.yaml `chains`; each is a DVC stage that depends on its upstream run):", "",
                *chains, ""]
+    md += tuning_lines(params, layout)
     md += ["![P@1 against noise rate](p_at_1_vs_noise.png)", "",
            "## Noise settings", "",
            "What each setting did to the training labels. Flip rate: share of a class's own images "

@@ -29,13 +29,26 @@ from noisydml.pipeline.rundata import load_run_data, take_upstream
 from noisydml.runs import Run
 from noisydml.studies import find_study_runs
 from noisydml.tracking import MlflowTracker, mlflow_experiment, mlflow_run_name, standard_tags
+from noisydml.tuning import assign
 
 
 def train(params: dict, run: Run, layout: Layout = Layout(), *, keep_checkpoint: bool = False) -> Path:
     """Train ``run`` (a :class:`~noisydml.runs.Run` of params: the grid's, a chain's, a figure's) into its folder,
     with its own overrides of the method's hyper-parameters and of train. ``keep_checkpoint``: leave its last
     checkpoint in place (the stage trains more runs and removes them when all are written)."""
-    return _train(run.params(params), run, layout, keep_checkpoint)
+    run_params = run.params(params)
+    if run.chosen is not None:  # a tuned run: the values its tune stage chose (a DVC dependency of its stage)
+        run_params = assign(run_params, run.method, tuned_values(run, layout)["values"])
+    return _train(run_params, run, layout, keep_checkpoint)
+
+
+def tuned_values(run: Run, layout: Layout) -> dict:
+    """A tuned run's ``chosen.json``: ``values`` (space key -> value) and how they were chosen."""
+    path = layout.root / run.chosen
+    if not path.is_file():
+        raise FileNotFoundError(f"{run.stage}: {run.chosen} is missing; `dvc repro` makes it first (stage "
+                                f"tune@{run.dataset}-{run.noise}-{run.method})")
+    return io.read_json(path)
 
 
 def run_from_arguments(params: dict, args) -> list[Path] | None:
@@ -113,6 +126,7 @@ def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Pat
             "method_hparams": hparams, "train": params["train"], "runtime": params["runtime"],
             "evaluate": params["evaluate"], **({"pretrain": params["pretrain"]} if params["train"]["pretrained"] ==
                                                "embedded" else {}), **({"chain": chain} if chain else {}),
+            **({"tuned": tuned_values(run, layout)["values"]} if run.chosen else {}),
         },
         tags={"dvc_stage": stage, "dataset": dataset, "noise": noise, "method": method, "run": name_in_grid,
               "seed": str(seed), "run_fingerprint": spec.fingerprint(), **standard_tags(layout.root),
@@ -165,6 +179,7 @@ def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Pat
             "selected_epoch": result.selected_epoch, "model_selection": params["train"]["model_selection"],
             "validation_classes": params["train"]["validation_classes"], "exports": sorted(result.exports),
             "trained_samples": int(len(data.sample_ids)), "upstream": upstream or None,
+            **({"tuned": {"from": run.chosen, **tuned_values(run, layout)}} if run.chosen else {}),
             **({"decision_histograms": result.decision_histograms} if result.decision_histograms else {}),
             **({"pretrained": pretrained} if pretrained else {}),
             "environment": result.device,

@@ -10,6 +10,7 @@ import math
 import pandas as pd
 
 from noisydml.runs import noises_of
+from noisydml.tuning import TUNED_SUFFIX
 
 #: Column heads of the metrics, as papers print them.
 SHORT = {"precision_at_1": "P@1", "mean_average_precision_at_r": "MAP@R", "r_precision": "RP", "nmi": "NMI"}
@@ -22,13 +23,19 @@ def metric_head(metric: str) -> str:
 
 
 def row_names(params: dict) -> list[str]:
-    """Rows of the main tables: the grid's methods, then the chained runs' names."""
-    return list(dict.fromkeys([*params["grid"]["methods"], *(c["name"] for c in params["chains"].values())]))
+    """Rows of the main tables: the grid's methods, the chained runs' names, then the tuned runs'."""
+    tuned = [m + TUNED_SUFFIX for m in params.get("tuning", {}).get("methods", [])]
+    return list(dict.fromkeys([*params["grid"]["methods"], *(c["name"] for c in params["chains"].values()), *tuned]))
 
 
 def label(run: str, params: dict) -> str:
-    """A run's row label (``report.labels``; its own name where none is given)."""
-    return params["report"]["labels"].get(run, run)
+    """A run's row label (``report.labels``; its own name where none is given; a tuned run: its method's label
+    and "(tuned)")."""
+    labels = params["report"]["labels"]
+    if run not in labels and run.endswith(TUNED_SUFFIX):
+        method = run[: -len(TUNED_SUFFIX)]
+        return f"{labels.get(method, method)} (tuned)"
+    return labels.get(run, run)
 
 
 def _cells(summary: pd.DataFrame, dataset: str, params: dict) -> tuple[list[tuple[str, str]], dict, dict, int]:

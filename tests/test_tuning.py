@@ -1,0 +1,152 @@
+"""Tuning (params.yaml `tuning`, noisydml.tuning, the tune stage): the same budget for every method, scored on
+held-out training classes, resumable, and read by the tuned runs through a DVC edge."""
+
+import copy
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import dvc_repo, run_command, tiny_params
+from noisydml.config import validate_params
+from noisydml.schema import ParamsError
+
+SPACE = {"train.optimizer.lr": {"low": 0.0001, "high": 0.003, "log": True},
+         "loss.neg_margin": {"low": 0.3, "high": 0.7, "paper": 0.4}}
+
+
+def tuning_params(raw, trials=3, methods=("mcl",)):
+    raw = tiny_params(raw)
+    raw["train"]["epochs"] = 2
+    raw["grid"].update(noises=["sym50"], methods=["mcl"], seeds=[0])
+    raw["chains"] = {}
+    raw["tuning"].update(datasets=["glyphs"], noises=["sym50"], methods=list(methods), trials=trials,
+                         validation_classes=2, sampler={"name": "tpe", "startup_trials": 1})
+    raw["tuning"]["spaces"] = {"mcl": copy.deepcopy(SPACE)}
+    return raw
+
+
+def prepared(root, params):
+    from noisydml.pipeline.corrupt import corrupt
+    from noisydml.pipeline.layout import Layout
+    from noisydml.pipeline.prepare import prepare
+
+    layout = Layout(root)
+    prepare(params, "glyphs", layout)
+    corrupt(params, "glyphs", "sym50", layout)
+    return layout
+
+
+class Tripwire:
+    """A test split that fails the test the moment anything reads it (its images, labels, anything)."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"a tuning trial read the test split ({name})")
+
+
+def poisoned(load):
+    def load_with_poisoned_test_split(*args, **kwargs):
+        data = load(*args, **kwargs)
+        data.test_set, data.test_rows = Tripwire(), Tripwire()
+        return data
+
+    return load_with_poisoned_test_split
+
+
+def trials_of(layout):
+    table = pd.read_csv(layout.root / "tuning/glyphs/sym50/mcl/trials.csv")
+    return table.drop(columns=[]).to_dict("records")
+
+
+def test_a_study_resumes_after_a_kill_with_the_same_trials_and_never_reads_the_test_split(raw_params, tmp_path,
+                                                                                            monkeypatch):
+    import noisydml.pipeline.tune as tune_module
+
+    params = validate_params(tuning_params(raw_params))
+    monkeypatch.setattr(tune_module, "load_run_data", poisoned(tune_module.load_run_data))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+    through = prepared(tmp_path / "through", params)
+    tune_module.tune(copy.deepcopy(params), "glyphs", "sym50", "mcl", through)
+    uninterrupted = trials_of(through)
+    assert [t["trial"] for t in uninterrupted] == [0, 1, 2]
+    # the paper's values first (lr: params.yaml's, the paper gives none), then the untuned run's
+    assert uninterrupted[0]["loss.neg_margin"] == 0.4 and uninterrupted[1]["loss.neg_margin"] == 0.5
+    assert uninterrupted[0]["first"] and uninterrupted[1]["first"] and not uninterrupted[2]["first"]
+
+    killed = prepared(tmp_path / "killed", params)
+    monkeypatch.setenv("NOISYDML_STOP_AFTER_EPOCH", "1")
+    monkeypatch.setenv("NOISYDML_STOP_IN_TRIAL", "2")  # the sampled trial, killed after its first epoch
+    with pytest.raises(KeyboardInterrupt):
+        tune_module.tune(copy.deepcopy(params), "glyphs", "sym50", "mcl", killed)
+    assert (killed.root / ".checkpoints/tuning/glyphs/sym50/mcl/trial2/last.pt").is_file()
+    assert not (killed.root / "tuning/glyphs/sym50/mcl/chosen.json").exists()
+    monkeypatch.delenv("NOISYDML_STOP_AFTER_EPOCH")
+    tune_module.tune(copy.deepcopy(params), "glyphs", "sym50", "mcl", killed)
+    assert trials_of(killed) == uninterrupted  # same values, same scores, bit for bit
+    for number in range(3):
+        a = pd.read_csv(through.root / f"tuning/glyphs/sym50/mcl/trials/{number}.csv")
+        b = pd.read_csv(killed.root / f"tuning/glyphs/sym50/mcl/trials/{number}.csv")
+        pd.testing.assert_frame_equal(a.drop(columns=[c for c in a if "seconds" in c]),
+                                      b.drop(columns=[c for c in b if "seconds" in c]))
+    chosen = json.loads((killed.root / "tuning/glyphs/sym50/mcl/chosen.json").read_text())
+    best = max(uninterrupted, key=lambda t: (t["val_precision_at_1"], -t["trial"]))
+    assert chosen["trial"] == best["trial"] and chosen["values"]["loss.neg_margin"] == best["loss.neg_margin"]
+    assert [t["trial"] for t in chosen["first_trials"]] == [0, 1]
+
+    # a larger budget keeps the trials run; other settings start afresh
+    more = copy.deepcopy(params)
+    more["tuning"]["trials"] = 4
+    tune_module.tune(more, "glyphs", "sym50", "mcl", killed)
+    assert trials_of(killed)[:3] == uninterrupted and len(trials_of(killed)) == 4
+    other = copy.deepcopy(params)
+    other["tuning"]["seed"] = 1
+    tune_module.tune(other, "glyphs", "sym50", "mcl", killed)
+    assert [t["trial"] for t in trials_of(killed)] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.update(methods=["prism"]), "tuning.methods[0]: 'prism' has no search space"),
+    (lambda t: t["spaces"]["mcl"].update({"loss.nope": {"low": 0.1, "high": 0.2}}), "loss.nope is not a key"),
+    (lambda t: t["spaces"]["mcl"].update({"loss.neg_margin": {"low": 0.1, "high": 0.2}}), "outside the space"),
+    (lambda t: t["spaces"]["mcl"]["loss.neg_margin"].update(paper=0.9), "tuning.spaces.mcl.loss.neg_margin.paper"),
+    (lambda t: t["spaces"]["mcl"].update({"train.optimizer.lr": {"low": 0.0, "high": 0.1, "log": True}}),
+     "on a log scale"),
+    (lambda t: t.update(noises=["sc75"]), "tuning.noises[0]"),
+    (lambda t: t.update(trials=0), "tuning.trials"),
+])
+def test_tuning_section_is_refused_with_the_key_and_value(raw_params, edit, message):
+    raw = tuning_params(raw_params)
+    edit(raw["tuning"])
+    with pytest.raises(ParamsError, match=message.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+        validate_params(raw)
+
+
+def test_the_committed_spaces_hold_every_untuned_and_paper_value(raw_params):
+    """params.yaml's spaces, each tuned: every untuned value and every paper value lies inside its space."""
+    raw = copy.deepcopy(raw_params)
+    raw["tuning"]["methods"] = list(raw["tuning"]["spaces"])
+    params = validate_params(raw)
+    from noisydml.tuning import first_trials
+
+    for method, space in params["tuning"]["spaces"].items():
+        assert first_trials(params, method, space)[0].keys() == space.keys()
+
+
+@pytest.mark.e2e
+def test_chosen_values_reach_the_tuned_run_through_a_dvc_edge(raw_params, tmp_path):
+    raw = tuning_params(raw_params, trials=2)
+    env, _ = dvc_repo(tmp_path, raw, repro=False)
+    dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", "train_tuned@glyphs-sym50-mcl-0"], tmp_path, env)
+    assert "tune@glyphs-sym50-mcl" in dag
+    run_command([sys.executable, "-m", "dvc", "repro", "train_tuned@glyphs-sym50-mcl-0"], tmp_path, env)
+    chosen = json.loads((tmp_path / "tuning/glyphs/sym50/mcl/chosen.json").read_text())
+    run = json.loads((tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/run.json").read_text())
+    assert run["tuned"]["values"] == chosen["values"]
+    model = __import__("torch").load(tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/model.pt", weights_only=False)
+    assert np.isclose(model["train"]["optimizer"]["lr"], chosen["values"]["train.optimizer.lr"])
+    assert not (tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/test_embeddings.npz").stat().st_size == 0
+    status = run_command([sys.executable, "-m", "dvc", "status", "train_tuned@glyphs-sym50-mcl-0"], tmp_path, env)
+    assert "up to date" in status
