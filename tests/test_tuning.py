@@ -57,7 +57,7 @@ def poisoned(load):
 
 def trials_of(layout):
     table = pd.read_csv(layout.root / "tuning/glyphs/sym50/mcl/trials.csv")
-    return table.drop(columns=[]).to_dict("records")
+    return table.to_dict("records")
 
 
 def test_a_study_resumes_after_a_kill_with_the_same_trials_and_never_reads_the_test_split(raw_params, tmp_path,
