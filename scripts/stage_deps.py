@@ -72,7 +72,7 @@ def relative(paths) -> list[str]:
 #: Stages of dvc.yaml -> the stage script whose closure is their code (train_chain runs stages/train.py).
 SCRIPT_OF = {"train_chain": "train", "train_on_run_noise": "train", "train_embedding_size": "train",
              "train_bspml_cell": "train", "train_sgps_ablation": "train", "train_tuned": "train",
-             "corrupt_from_run": "corrupt"}
+             "train_tuned_chain": "train", "tune_chain": "tune", "corrupt_from_run": "corrupt"}
 #: A stage's first line in dvc.yaml: ``  <name>:``, maybe with a YAML anchor (``  train: &train_stage``).
 #: A method's own module, e.g. ``src/noisydml/methods/bspml.py``.
 METHOD_MODULE = re.compile(r"^src/noisydml/methods/[A-Za-z_]\w*\.py$")
@@ -80,6 +80,8 @@ METHOD_MODULE = re.compile(r"^src/noisydml/methods/[A-Za-z_]\w*\.py$")
 STUDY_MODULE = re.compile(r"^src/noisydml/studies/[A-Za-z_]\w*\.py$")
 #: The folder dep of a stage that imports every study by name (evaluate, report).
 STUDIES = "src/noisydml/studies"
+#: The folder dep of a stage that may train any method (a tuned chain: DVC's templates cannot look up its method).
+METHODS = "src/noisydml/methods"
 
 
 def study_modules() -> list[Path]:
@@ -104,7 +106,7 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
         if line.strip() == "deps:" and stage:
             indent = line[: len(line) - len(line.lstrip())] + "  "
             j = i + 1
-            kept, named_methods, every_study = [], [], False
+            kept, named_methods, every_study, every_method = [], [], False, False
             while j < len(lines) and lines[j].startswith(indent + "- "):
                 dep = lines[j].strip()[2:]
                 if (METHOD_MODULE.match(dep) or STUDY_MODULE.match(dep)) and not dep.endswith(("/__init__.py", "/base.py")):
@@ -113,8 +115,10 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
                     continue
                 if dep == STUDIES:
                     every_study = True
+                if dep == METHODS:
+                    every_method = True
                 if dep.startswith(("src/", "stages/")) and "${" not in dep and dep not in ("src/noisydml/methods/parts",
-                                                                                           STUDIES):
+                                                                                           STUDIES, METHODS):
                     j += 1
                     continue
                 kept.append(lines[j])
@@ -126,6 +130,8 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
             code = relative(closure(script, *studies))  # a named study's module: its imports are the stage's too
             if every_study:  # the folder dep stands for every file in it
                 code = [f for f in code if not f.startswith(STUDIES + "/")]
+            if every_method:
+                code = [f for f in code if not f.startswith(METHODS + "/")]
                 named_methods = [line for line in named_methods if not STUDY_MODULE.match(line.strip()[2:])]
             # a method's module named outright (a stage that trains one fixed method) is kept like a templated one
             kept = [line for line in named_methods if line.strip()[2:] not in code] + kept

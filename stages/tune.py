@@ -1,9 +1,12 @@
-"""DVC stage: one tuning study -> tuning/<dataset>/<noise>/<method>/ (params.yaml `tuning`; README "Tuning").
+"""DVC stage: one tuning study -> tuning/<dataset>/<noise>/<name>/ (params.yaml `tuning`; README "Tuning").
 
 --dataset D --noise N --method M
     tunes M on D/N's noisy training labels: tuning.trials trials over tuning.spaces.M, each scored by the P@1 of
     tuning.validation_classes held-out training classes (never the test split); writes chosen.json, which the
     tuned runs M_tuned (stage train_tuned@D-N-M-<seed>) train with.
+--dataset D --noise N --chain C
+    the same for the chained run named C at D/N (tuning.chains): its upstream runs are trained once on the same
+    split, then each trial trains C's own step over its method's space; C_tuned (stage train_tuned_chain@D-N-C).
 
 A killed study resumes with the same trials when started again (Optuna's journal in the output folder).
 """
@@ -12,8 +15,11 @@ from noisydml.cli import run_stage
 
 
 def _arguments(parser):
-    for key in ("dataset", "noise", "method"):
+    for key in ("dataset", "noise"):
         parser.add_argument(f"--{key}", required=True)
+    subject = parser.add_mutually_exclusive_group(required=True)
+    subject.add_argument("--method")
+    subject.add_argument("--chain")
 
 
 def _load():
@@ -23,10 +29,11 @@ def _load():
 
     def work(params, args):
         tuning = params["tuning"]
-        for key in ("dataset", "noise", "method"):
+        kind = "method" if args.method else "chain"
+        for key in ("dataset", "noise", kind):
             if getattr(args, key) not in tuning[key + "s"]:
                 raise ParamsError(f"--{key} {getattr(args, key)!r} is not in tuning.{key}s ({tuning[key + 's']})")
-        tune(params, args.dataset, args.noise, args.method)
+        tune(params, args.dataset, args.noise, args.method or args.chain)
 
     return work
 

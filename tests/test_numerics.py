@@ -122,3 +122,19 @@ def test_a_process_created_with_the_pins_may_pin_after_loading_the_libraries():
     assert proc.returncode != 0 and "created with other settings" in proc.stderr
     proc = _python(code, {k: v for k, v in env.items() if k != numerics.PINNED_AT_START})
     assert proc.returncode != 0 and "before numpy" in proc.stderr
+
+
+@pytest.mark.skipif("avx512f" not in (numerics.cpu_flags() or set()), reason="needs an AVX-512 host")
+def test_numpy_avx512_is_seen_where_numpy_dispatches_to_it_and_only_there():
+    """On an AVX-512 host, numpy's own loops take AVX-512 unless pinned; numpy >= 2.3 still reports the CPU's
+    AVX512F as a feature under the pins (it is no dispatch target there), which must not count as a path taken."""
+    native = ("import json; from noisydml import numerics as n; "
+              "import numpy; print(json.dumps(n.verify({'numerics': 'native', 'threads': 2, 'processes': 1})))")
+    proc = _python(native, {"NPY_DISABLE_CPU_FEATURES": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["numpy_avx512"]
+    pinned = ("import json; from noisydml import numerics as n; r = n.pin({'numerics': 'portable', 'threads': 2, "
+              "'processes': 1}); import numpy; print(json.dumps(n.verify(r)))")
+    proc = _python(pinned)
+    assert proc.returncode == 0, proc.stderr
+    assert not json.loads(proc.stdout.strip().splitlines()[-1])["numpy_avx512"]

@@ -17,7 +17,8 @@ EVERY_KIND = ["grid.noises=[clean,sym50,sc50,sympc20]", "grid.seeds=[0,1]", "gri
               "+noise_runs.glyphs-sc50_ms={dataset: glyphs, noise: sc50_ms, run: {noise: clean, method: ms, seed: 0}}",
               "figures.embedding_size.dims=[16,32]", "figures.bspml_cells.lambdas=[2.7,3.0]",
               "figures.bspml_cells.mus=[0.0,20]", "figures.sgps_ablations.train=[both,tau_1]",
-              "figures.sgps_ablations.seeds=[0,1]"]
+              "figures.sgps_ablations.seeds=[0,1]", "tuning.noises=[sym50]", "tuning.methods=[prism]",
+              "tuning.chains=[smooth_proxy_anchor]"]
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +41,12 @@ def resolved(tmp_path_factory):
 def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
     params, stages, _ = resolved
     runs = runs_of(params)
-    assert {r.kind for r in runs} == {"grid", "chain", "embedding_size", "bspml_cell", "sgps_ablation"}
+    assert {r.kind for r in runs} == {"grid", "chain", "tuned", "embedding_size", "bspml_cell", "sgps_ablation"}
     for run in runs:
         assert run.stage in stages, run.stage
         cmd, outs = stages[run.stage]
-        # a grid or study run: its seed folder; a chained run: the chain's folder holding each of its seeds
-        folder = run.folder if run.kind != "chain" else run.folder.rsplit("/", 1)[0]
+        # a grid or study run: its seed folder; a chained run (tuned or not): the chain's folder holding its seeds
+        folder = run.folder if run.chain is None else run.folder.rsplit("/", 1)[0]
         assert outs == [folder] and cmd.split("--run-folder ")[1].split()[0] == folder, (run.stage, cmd, outs)
     trained_by_dvc = {name for name, (cmd, _) in stages.items() if "stages/train.py" in cmd}
     assert trained_by_dvc == {r.stage for r in runs}
@@ -53,6 +54,10 @@ def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
     chained = [r for r in runs if r.stage == "train_chain@sgps_posterior"]
     assert [r.seed for r in chained] == [0, 1] and {r.folder for r in chained} == {
         "runs/glyphs/sym50/sgps_posterior/seed0", "runs/glyphs/sym50/sgps_posterior/seed1"}
+    # a tuned chain: the chain's entry, its seeds, the values its own study chose
+    tuned = [r for r in runs if r.stage == "train_tuned_chain@glyphs-sym50-smooth_proxy_anchor"]
+    assert [r.seed for r in tuned] == [0, 1] and {r.chain["key"] for r in tuned} == {"smooth_proxy_anchor_sym50"}
+    assert {r.chosen for r in tuned} == {"tuning/glyphs/sym50/smooth_proxy_anchor/chosen.json"}
 
 
 def test_a_chains_upstream_folder_is_a_dvc_edge_to_every_seed_of_it(resolved, tmp_path):

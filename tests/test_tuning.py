@@ -107,6 +107,67 @@ def test_a_study_resumes_after_a_kill_with_the_same_trials_and_never_reads_the_t
     assert [t["trial"] for t in trials_of(killed)] == [0, 1, 2]
 
 
+CHAIN = {"dataset": "glyphs", "noise": "sym50", "seeds": "grid", "init": {"model": False, "method": False},
+         "labels": {"label": "", "keep": "", "kind": "label_ids"}, "inputs": [], "hparams": {}, "train": {}}
+
+
+def chain_tuning_params(raw, trials=2):
+    """A two-step chain tuned by name: prism -> ms on the samples it kept (ms_kept) -> mcl from ms_kept's weights
+    (mcl_after, the chain tuned): its study trains prism and ms_kept on the tuning split first."""
+    raw = tuning_params(raw, trials=trials, methods=())
+    raw["grid"]["methods"] = ["prism"]
+    raw["methods"]["prism"]["memory_size"] = 64
+    raw["chains"] = {
+        "ms_kept": {**copy.deepcopy(CHAIN), "name": "ms_kept", "method": "ms", "upstream": "prism",
+                    "labels": {"label": "", "keep": "keep", "kind": "label_ids"}},
+        "mcl_after": {**copy.deepcopy(CHAIN), "name": "mcl_after", "method": "mcl", "upstream": "ms_kept",
+                      "init": {"model": True, "method": False}, "hparams": {"loss": {"neg_margin": 0.45}}},
+    }
+    raw["tuning"]["chains"] = ["mcl_after"]
+    return raw
+
+
+def test_a_chain_study_trains_its_upstream_runs_on_the_tuning_split_once_and_resumes(raw_params, tmp_path,
+                                                                                     monkeypatch):
+    import noisydml.pipeline.tune as tune_module
+
+    params = validate_params(chain_tuning_params(raw_params, trials=3))
+    monkeypatch.setattr(tune_module, "load_run_data", poisoned(tune_module.load_run_data))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    fits = []
+    real_fit = tune_module._TrialTrainer._fit
+    monkeypatch.setattr(tune_module._TrialTrainer, "_fit",
+                        lambda self, params, method, part, *a, **k: fits.append(part) or real_fit(
+                            self, params, method, part, *a, **k))
+
+    through = prepared(tmp_path / "through", params)
+    folder = tune_module.tune(copy.deepcopy(params), "glyphs", "sym50", "mcl_after", through)
+    assert fits == ["upstream/prism", "upstream/ms_kept", "trial0", "trial1", "trial2"]
+    # the upstream runs saw the kept classes only: their exports cover exactly the trials' training samples
+    data = tune_module.load_run_data("glyphs", "sym50", through, 2, 0)
+    exported = np.load(folder / "upstream/prism/exports.npz")["sample_id"]
+    assert np.array_equal(np.sort(exported), np.sort(data.sample_ids)) and data.val_index is not None
+    assert not set(exported) & set(data.train_rows["sample_id"].to_numpy()[data.val_index])
+    assert (folder / "upstream/ms_kept/model.pt").is_file()
+    trials = pd.read_csv(folder / "trials.csv").to_dict("records")
+    # the chain's own values are the untuned run's (its hparams override methods.mcl), the paper's come first
+    assert trials[0]["loss.neg_margin"] == 0.4 and trials[1]["loss.neg_margin"] == 0.45
+    chosen = json.loads((folder / "chosen.json").read_text())
+    assert chosen["upstream"].startswith("prism -> ms_kept, untuned")
+
+    fits.clear()
+    killed = prepared(tmp_path / "killed", params)
+    monkeypatch.setenv("NOISYDML_STOP_AFTER_EPOCH", "1")
+    monkeypatch.setenv("NOISYDML_STOP_IN_TRIAL", "1")
+    with pytest.raises(KeyboardInterrupt):
+        tune_module.tune(copy.deepcopy(params), "glyphs", "sym50", "mcl_after", killed)
+    monkeypatch.delenv("NOISYDML_STOP_AFTER_EPOCH")
+    tune_module.tune(copy.deepcopy(params), "glyphs", "sym50", "mcl_after", killed)
+    # the upstream runs trained once; the killed trial resumed; the same trials, bit for bit
+    assert fits == ["upstream/prism", "upstream/ms_kept", "trial0", "trial1", "trial1", "trial2"]
+    assert pd.read_csv(killed.root / "tuning/glyphs/sym50/mcl_after/trials.csv").to_dict("records") == trials
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.update(methods=["prism"]), "tuning.methods[0]: 'prism' has no search space"),
     (lambda t: t["spaces"]["mcl"].update({"loss.nope": {"low": 0.1, "high": 0.2}}), "loss.nope is not a key"),
@@ -116,6 +177,7 @@ def test_a_study_resumes_after_a_kill_with_the_same_trials_and_never_reads_the_t
      "on a log scale"),
     (lambda t: t.update(noises=["sc75"]), "tuning.noises[0]"),
     (lambda t: t.update(trials=0), "tuning.trials"),
+    (lambda t: t.update(chains=["sgps_posterior"]), "tuning.chains[0]: 'sgps_posterior' is no chained run of glyphs/sym50"),
 ])
 def test_tuning_section_is_refused_with_the_key_and_value(raw_params, edit, message):
     raw = tuning_params(raw_params)
@@ -149,4 +211,23 @@ def test_chosen_values_reach_the_tuned_run_through_a_dvc_edge(raw_params, tmp_pa
     assert np.isclose(model["train"]["optimizer"]["lr"], chosen["values"]["train.optimizer.lr"])
     assert not (tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/test_embeddings.npz").stat().st_size == 0
     status = run_command([sys.executable, "-m", "dvc", "status", "train_tuned@glyphs-sym50-mcl-0"], tmp_path, env)
+    assert "up to date" in status
+
+
+@pytest.mark.e2e
+def test_a_tuned_chain_trains_from_the_grids_upstream_with_its_studys_values_through_dvc_edges(raw_params, tmp_path):
+    raw = chain_tuning_params(raw_params)
+    env, _ = dvc_repo(tmp_path, raw, repro=False)
+    stage = "train_tuned_chain@glyphs-sym50-mcl_after"
+    dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", stage], tmp_path, env)
+    assert "tune_chain@glyphs-sym50-mcl_after" in dag and "train_chain@mcl_after" in dag
+    run_command([sys.executable, "-m", "dvc", "repro", stage], tmp_path, env)
+    chosen = json.loads((tmp_path / "tuning/glyphs/sym50/mcl_after/chosen.json").read_text())
+    run = json.loads((tmp_path / "runs/glyphs/sym50/mcl_after_tuned/seed0/run.json").read_text())
+    assert run["tuned"]["values"] == chosen["values"]
+    # from the grid's upstream (trained on every training class), as the untuned chain is
+    assert run["upstream"]["run"] == "runs/glyphs/sym50/ms_kept/seed0"
+    model = __import__("torch").load(tmp_path / "runs/glyphs/sym50/mcl_after_tuned/seed0/model.pt", weights_only=False)
+    assert np.isclose(model["train"]["optimizer"]["lr"], chosen["values"]["train.optimizer.lr"])
+    status = run_command([sys.executable, "-m", "dvc", "status", stage], tmp_path, env)
     assert "up to date" in status

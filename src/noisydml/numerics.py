@@ -42,7 +42,9 @@ PORTABLE_ENV: dict[str, str] = {
     # numpy ignores names it does not know)
     "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL",
 }
-#: numpy's dispatch targets with AVX-512 (either naming).
+#: numpy's dispatch targets with AVX-512 (either naming). A name counts only where it is a dispatch target of the
+#: loaded numpy: numpy >= 2.3 still reports the CPU's AVX512F, AVX512_CLX, ... as features (true on an AVX-512
+#: host whatever is disabled), but dispatches only to X86_V4, AVX512_ICL and AVX512_SPR loops.
 NUMPY_AVX512 = ("X86_V4", "AVX512_ICL", "AVX512_SPR", "AVX512F", "AVX512_SKX")
 #: The thread pools a fixed ``runtime.threads`` sets (torch's intra-op pool reads OMP_NUM_THREADS when it starts).
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -172,9 +174,9 @@ def verify(runtime: dict[str, Any]) -> dict[str, Any]:
         config = getattr(faiss, "SIMDConfig", None)
         taken["faiss"] = config.get_level_name() if config is not None else faiss.get_compile_options()
     if "numpy" in sys.modules:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
+        from numpy._core._multiarray_umath import __cpu_dispatch__ as targets, __cpu_features__ as features
 
-        taken["numpy_avx512"] = any(features.get(name) for name in NUMPY_AVX512)
+        taken["numpy_avx512"] = any(features.get(name) for name in NUMPY_AVX512 if name in targets)
     try:
         from threadpoolctl import threadpool_info
 

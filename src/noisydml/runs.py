@@ -8,7 +8,7 @@ runs from here; nothing decodes a folder name back into settings.
 
 Kinds of run here: the grid (datasets x noises x methods x seeds), chained runs (``chains``: trained from
 another run, at every seed of the grid unless the chain names its seeds) and tuned runs (``tuning``: a method with
-the values its tune stage chose, :mod:`noisydml.tuning`, at every seed of the grid). A study (:mod:`noisydml.studies`) returns its own runs as the same values (e.g. ``embedding_size``
+the values its tune stage chose, :mod:`noisydml.tuning`, at every seed of the grid; a tuned chain at its seeds). A study (:mod:`noisydml.studies`) returns its own runs as the same values (e.g. ``embedding_size``
 points, ``bspml_cell`` cells, ``sgps_ablation`` variants). Light: no torch; it reads validated params only.
 """
 
@@ -20,7 +20,9 @@ from pathlib import PurePosixPath
 from typing import Any, Mapping
 
 from noisydml.schema import ParamsError
-from noisydml.tuning import CHOSEN_FILE, TUNED_SUFFIX, studies_of, study_folder
+from noisydml.tuning import (
+    CHOSEN_FILE, TUNED_SUFFIX, chain_studies_of, find_chain, studies_of, study_folder, with_overrides,
+)
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,7 @@ class Run:
 
     def params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``params`` as this run trains with them: its train and method overrides applied."""
-        method = dict(params["methods"][self.method])
-        for key, value in self.hparams.items():
-            nested = isinstance(value, Mapping) and isinstance(method.get(key), Mapping)
-            method[key] = {**method[key], **value} if nested else value
-        return {**params, "train": {**params["train"], **self.train},
-                "methods": {**params["methods"], self.method: method}}
+        return with_overrides(params, self.method, self.hparams, self.train)
 
 
 def run_name(dataset: str, noise: str, name: str, seed: int) -> str:
@@ -79,13 +76,14 @@ def noises_of(grid: Mapping) -> list[str]:
 
 
 def runs_of(params: Mapping[str, Any]) -> list[Run]:
-    """The grid's runs, the chained runs and the tuned runs of (validated) params; the studies add their own runs
+    """The grid's runs, the chained runs and the tuned runs (methods and chains) of (validated) params; the studies
+    add their own runs
     (:func:`noisydml.studies.all_runs`)."""
     grid = params["grid"]
     runs = [Run("grid", f"{'train' if n in grid['noises'] else 'train_on_run_noise'}@{run_name(d, n, m, s)}",
                 d, n, m, s, m)
             for d, n, m, s in itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
-    return runs + chain_runs(params) + tuned_runs(params)
+    return runs + chain_runs(params) + tuned_runs(params) + tuned_chain_runs(params)
 
 
 def tuned_runs(params: Mapping[str, Any]) -> list[Run]:
@@ -97,6 +95,22 @@ def tuned_runs(params: Mapping[str, Any]) -> list[Run]:
     return [Run("tuned", f"train_tuned@{run_name(d, n, m, s)}", d, n, m + TUNED_SUFFIX, s, m,
                 chosen=f"{study_folder(d, n, m)}/{CHOSEN_FILE}")
             for d, n, m in studies_of(params) for s in params["grid"]["seeds"]]
+
+
+def tuned_chain_runs(params: Mapping[str, Any]) -> list[Run]:
+    """Each chained run tuned (``tuning.chains``) trained with the values its study chose (``chosen.json`` of
+    stage ``tune_chain@<dataset>-<noise>-<name>``), from the same upstream as the untuned chain, at the chain's
+    seeds: run ``<name>_tuned``, one stage ``train_tuned_chain@<dataset>-<noise>-<name>`` for its seeds."""
+    if "tuning" not in params:
+        return []
+    runs = []
+    for d, n, name in chain_studies_of(params):
+        key, c = find_chain(params["chains"], d, n, name, "tuning.chains")
+        runs += [Run("tuned", f"train_tuned_chain@{d}-{n}-{name}", d, n, name + TUNED_SUFFIX, seed, c["method"],
+                     hparams=c["hparams"], train=c["train"], chain={**c, "key": key, "seed": seed},
+                     chosen=f"{study_folder(d, n, name)}/{CHOSEN_FILE}")
+                 for seed in c["seeds"]]
+    return runs
 
 
 def chain_runs(params: Mapping[str, Any]) -> list[Run]:

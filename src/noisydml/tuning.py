@@ -16,6 +16,13 @@ validation data, never the test set):
 - the chosen values (the trial with the highest validation P@1) are the stage's output ``chosen.json``, which the
   tuned runs ``<method>_tuned`` (stage ``train_tuned@<dataset>-<noise>-<method>-<seed>``, every seed of
   ``grid.seeds``, on the full training set) depend on: ``dvc dag`` shows tune -> train.
+
+A chained run (``chains``) is tuned by name: ``tuning.chains`` lists chain names, each studied at every (dataset,
+noise) of ``tuning.datasets x tuning.noises`` (stage ``tune_chain@<dataset>-<noise>-<name>``), where ``chains`` must
+have one entry of that name. Its space is its method's (``tuning.spaces.<method>``); a study first trains the
+chain's upstream runs (its :func:`lineage`, untuned) on the same split of the training classes, then scores each
+trial of the chain's own step on them; the tuned run ``<name>_tuned`` (stage
+``train_tuned_chain@<dataset>-<noise>-<name>``) is the chain trained from the grid's upstream with the chosen values.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-from noisydml.schema import Field, ParamsError, _check_value, check_choice, check_section, check_unique, mapping_or_empty
+from noisydml.schema import Field, ParamsError, check_choice, check_section, check_unique, mapping_or_empty
 
 #: A tuned run's name: its method's, with this suffix (its folder runs/<dataset>/<noise>/<method>_tuned/seed<k>).
 TUNED_SUFFIX = "_tuned"
@@ -36,6 +43,8 @@ TUNING_SCHEMA = {
     "datasets": Field(list, item_type=str, help="datasets tuned on (of grid.datasets)"),
     "noises": Field(list, item_type=str, help="noise settings tuned on (of grid.noises)"),
     "methods": Field(list, item_type=str, help="methods tuned (each needs tuning.spaces.<method>); [] = no tuning"),
+    "chains": Field(list, item_type=str, help="chained runs tuned, by name (chains.<key>.name, at every dataset x noise "
+                                              "tuned; the space is its method's); [] = none"),
     "trials": Field(int, min=1, help="trials per study: the same budget for every method"),
     "validation_classes": Field(int, min=2, help="training classes held out (by noisy label) to score a trial"),
     "seed": Field(int, min=0, help="the seed of every trial's training and of the sampler"),
@@ -90,9 +99,23 @@ def assign(params: Mapping[str, Any], method: str, values: Mapping[str, Any]) ->
     return out
 
 
-def _check_space(method: str, body: Any, p: dict[str, Any], tuned: bool) -> dict[str, dict]:
-    """``tuning.spaces.<method>``; ``tuned`` (the method is in tuning.methods): params.yaml's value of every key
-    must lie in the space too (the untuned run's values are a trial)."""
+def _inside(entry: dict, value: Any) -> bool:
+    """Whether ``value`` lies in one key's space (``entry``: a checked range or choices)."""
+    if "choices" in entry:
+        return value in entry["choices"]
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and entry["low"] <= value <= entry["high"] \
+        and (not entry["integer"] or isinstance(value, int))
+
+
+def _allowed(entry: dict) -> str:
+    if "choices" in entry:
+        return f"one of {entry['choices']}"
+    return f"{'an integer' if entry['integer'] else 'a number'} in [{entry['low']}, {entry['high']}]"
+
+
+def _check_space(method: str, body: Any, p: dict[str, Any]) -> dict[str, dict]:
+    """``tuning.spaces.<method>``: every key a key of params (``train.<key>`` or of ``methods.<method>``) with a
+    range or choices that hold its paper value."""
     where = f"tuning.spaces.{method}"
     keys = mapping_or_empty(body, where, "key -> range or choices")
     if not keys:
@@ -101,64 +124,121 @@ def _check_space(method: str, body: Any, p: dict[str, Any], tuned: bool) -> dict
     space = {}
     for key, entry in keys.items():
         at = f"{where}.{key}"
-        current = value_at(p, split_key(method, key), at)
+        value_at(p, split_key(method, key), at)
         if isinstance(entry, Mapping) and "choices" in entry:
             e = check_section(entry, CHOICES_SCHEMA, at)
             if not e["choices"]:
                 raise ParamsError(f"{at}.choices: [] offers nothing; allowed: a non-empty list")
-            candidates = e["choices"]
-            inside = lambda v: v in candidates  # noqa: E731
-            allowed = f"one of {candidates}"
         else:
             e = check_section(entry, RANGE_SCHEMA, at)
             if not e["low"] < e["high"]:
                 raise ParamsError(f"{at}: low {e['low']} is not below high {e['high']}")
             if e["log"] and e["low"] <= 0:
                 raise ParamsError(f"{at}.low: {e['low']} on a log scale; allowed: a positive number")
-            integer = isinstance(e["low"], int) and isinstance(e["high"], int)
-            e["integer"] = integer
-            inside = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and e["low"] <= v <= e["high"] \
-                and (not integer or isinstance(v, int))  # noqa: E731
-            allowed = f"{'an integer' if integer else 'a number'} in [{e['low']}, {e['high']}]"
-        if e["paper"] is not None and not inside(e["paper"]):
-            raise ParamsError(f"{at}.paper: {e['paper']!r} is outside the space; allowed: {allowed}")
-        if tuned and not inside(current):
-            raise ParamsError(f"{at}: params.yaml's value {'.'.join(split_key(method, key))} = {current!r} (the "
-                              f"untuned run's, always a trial) is outside the space; allowed: {allowed}")
+            e["integer"] = isinstance(e["low"], int) and isinstance(e["high"], int)
+        if e["paper"] is not None and not _inside(e, e["paper"]):
+            raise ParamsError(f"{at}.paper: {e['paper']!r} is outside the space; allowed: {_allowed(e)}")
         space[key] = e
     return space
 
 
+def _check_untuned_inside(space: Mapping[str, dict], untuned: Mapping[str, Any], method: str, whose: str) -> None:
+    """The untuned run's values (always a trial) lie in the space; ``whose``: where they come from."""
+    for key, entry in space.items():
+        value = untuned[key]
+        if not _inside(entry, value):
+            raise ParamsError(f"tuning.spaces.{method}.{key}: {whose} value {'.'.join(split_key(method, key))} = "
+                              f"{value!r} (the untuned run's, always a trial) is outside the space; allowed: "
+                              f"{_allowed(entry)}")
+
+
 def check_tuning(section: Any, p: dict[str, Any]) -> dict[str, Any]:
-    """params.yaml's ``tuning`` (``p``: params validated so far, ``grid`` and ``methods`` included)."""
+    """params.yaml's ``tuning`` (``p``: params validated so far, ``grid``, ``methods`` and ``chains`` included)."""
     t = check_section(section, TUNING_SCHEMA, "tuning")
     t["sampler"] = check_section(t["sampler"], SAMPLER_SCHEMA, "tuning.sampler")
+    tuned = t["methods"] or t["chains"]
     # where to tune is checked only when something is tuned: a grid without sc50 keeps tuning.noises as written
     for key, allowed, what in (("datasets", p["grid"]["datasets"], "dataset of grid.datasets"),
                                ("noises", p["grid"]["noises"], "noise setting of grid.noises (its labels are made)"),
                                ("methods", list(p["methods"]), "method of methods")):
         check_unique(t[key], f"tuning.{key}")
-        for i, name in enumerate(t[key] if t["methods"] else []):
+        for i, name in enumerate(t[key] if tuned else []):
             check_choice(name, allowed, f"tuning.{key}[{i}]", what)
+    check_unique(t["chains"], "tuning.chains")
     spaces = mapping_or_empty(t["spaces"], "tuning.spaces", "method -> search space")
     for name in spaces:
         check_choice(name, list(p["methods"]), "tuning.spaces", "method of methods")
-    t["spaces"] = {name: _check_space(name, body, p, name in t["methods"]) for name, body in spaces.items()}
+    t["spaces"] = {name: _check_space(name, body, p) for name, body in spaces.items()}
+    if tuned and not (t["datasets"] and t["noises"]):
+        raise ParamsError("tuning: methods or chains are listed but tuning.datasets or tuning.noises is []; allowed: "
+                          "at least one dataset and one noise setting to tune on")
     for i, name in enumerate(t["methods"]):
         if name not in t["spaces"]:
             raise ParamsError(f"tuning.methods[{i}]: {name!r} has no search space; allowed: a method of "
                               f"tuning.spaces ({', '.join(t['spaces']) or 'none'}), or add tuning.spaces.{name}")
-    if t["methods"] and not (t["datasets"] and t["noises"]):
-        raise ParamsError("tuning: methods are listed but tuning.datasets or tuning.noises is []; allowed: at least "
-                          "one dataset and one noise setting to tune on")
-    _check_value(t["validation_classes"], Field(int, min=2), "tuning.validation_classes")
+        _check_untuned_inside(t["spaces"][name], untuned_values(p, name, t["spaces"][name]), name, "params.yaml's")
+    for i, name in enumerate(t["chains"]):
+        for dataset in t["datasets"]:
+            for noise in t["noises"]:
+                key, chain = find_chain(p["chains"], dataset, noise, name, f"tuning.chains[{i}]")
+                method = chain["method"]
+                if method not in t["spaces"]:
+                    raise ParamsError(f"tuning.chains[{i}]: {name!r} trains {method!r} (chains.{key}.method), which has "
+                                      f"no search space; allowed: add tuning.spaces.{method}")
+                _check_untuned_inside(t["spaces"][method], untuned_values(chain_params(p, chain), method,
+                                      t["spaces"][method]), method, f"chains.{key}'s")
     return t
 
 
+def find_chain(chains: Mapping[str, dict], dataset: str, noise: str, name: str, where: str) -> tuple[str, dict]:
+    """The entry of (validated) ``chains`` named ``name`` at ``dataset``/``noise``: ``(key, entry)``."""
+    for key, chain in chains.items():
+        if (chain["dataset"], chain["noise"], chain["name"]) == (dataset, noise, name):
+            return key, chain
+    there = sorted({c["name"] for c in chains.values() if (c["dataset"], c["noise"]) == (dataset, noise)})
+    raise ParamsError(f"{where}: {name!r} is no chained run of {dataset}/{noise} (chains there: "
+                      f"{', '.join(there) or 'none'}); a tuned chain needs an entry of chains with that name at every "
+                      "dataset and noise of tuning.datasets x tuning.noises")
+
+
+def lineage(chains: Mapping[str, dict], dataset: str, noise: str, name: str) -> tuple[str, list[tuple[str, dict]]]:
+    """What a chained run is trained after: ``(the grid method it starts from, [(key, entry), ...])``, the chains
+    from the first after that method to ``name``'s own entry (last)."""
+    steps: list[tuple[str, dict]] = []
+    names = {c["name"] for c in chains.values() if (c["dataset"], c["noise"]) == (dataset, noise)}
+    current = name
+    while current in names:
+        key, chain = find_chain(chains, dataset, noise, current, f"chains ({name!r}'s upstreams)")
+        steps.insert(0, (key, chain))
+        current = chain["upstream"]
+    return current, steps
+
+
+def with_overrides(params: Mapping[str, Any], method: str, hparams: Mapping[str, Any],
+                   train: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as one run trains with them: ``hparams`` over ``methods.<method>`` (a nested section is merged
+    key by key) and ``train`` over ``train`` (a run's own overrides: a chain's, a study's point)."""
+    section = dict(params["methods"][method])
+    for key, value in hparams.items():
+        nested = isinstance(value, Mapping) and isinstance(section.get(key), Mapping)
+        section[key] = {**section[key], **value} if nested else value
+    return {**params, "train": {**params["train"], **train}, "methods": {**params["methods"], method: section}}
+
+
+def chain_params(params: Mapping[str, Any], chain: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as a chained run (an entry of ``chains``) trains with them."""
+    return with_overrides(params, chain["method"], chain["hparams"], chain["train"])
+
+
+def untuned_values(params: Mapping[str, Any], method: str, space: Mapping[str, dict]) -> dict[str, Any]:
+    """The values ``params`` (a run's, overrides applied) gives every key of ``space``."""
+    return {key: value_at(params, split_key(method, key), key) for key in space}
+
+
 def first_trials(params: Mapping[str, Any], method: str, space: Mapping[str, dict]) -> list[dict[str, Any]]:
-    """The trials every study starts with: the paper's values (params.yaml's where the paper gives none), then
-    params.yaml's values (the untuned run) when they differ."""
-    untuned = {key: value_at(params, split_key(method, key), key) for key in space}
+    """The trials every study starts with: the paper's values (``params``' where the paper gives none), then
+    ``params``' values (the untuned run's, overrides applied) when they differ."""
+    untuned = untuned_values(params, method, space)
     paper = {key: untuned[key] if e["paper"] is None else e["paper"] for key, e in space.items()}
     return [paper] if paper == untuned else [paper, untuned]
 
@@ -174,6 +254,12 @@ def study_folder(dataset: str, noise: str, method: str) -> str:
 
 
 def studies_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Every (dataset, noise, method) tuning studies, in the tune stage's matrix order."""
+    """Every (dataset, noise, method) tuning study, in the tune stage's matrix order."""
     t = params["tuning"]
     return [(d, n, m) for d in t["datasets"] for n in t["noises"] for m in t["methods"]]
+
+
+def chain_studies_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Every (dataset, noise, chain name) tuning study, in the tune_chain stage's matrix order."""
+    t = params["tuning"]
+    return [(d, n, c) for d in t["datasets"] for n in t["noises"] for c in t["chains"]]

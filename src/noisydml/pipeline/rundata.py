@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from noisydml import io
 from noisydml.data import DatasetError
@@ -185,3 +186,24 @@ def take_upstream(data: RunData, upstream_dir: Path, labels: dict, inputs: list[
                    data.sample_ids[keep], f"{data.fingerprint}:upstream:{digest}", data.fit_index, data.val_index,
                    data.val_set, data.train_images)
     return data, taken, digest
+
+
+def load_upstream(chain: dict, data: RunData, upstream_dir: Path, root: Path, where: str):
+    """What a chained run (``chain``: its entry of ``chains``) takes from its upstream's folder ``upstream_dir``
+    (``model.pt``, ``exports.npz``): ``(data with its labels and kept samples, inputs, initial state, the
+    upstream's record)``; the record names the folder relative to ``root`` and its files' sha256."""
+    import torch
+
+    if not (upstream_dir / "model.pt").is_file():
+        raise FileNotFoundError(f"{where}: the upstream run {upstream_dir} is not trained yet; `dvc repro` "
+                                "trains it first (the chain's stage depends on it)")
+    data, inputs, exports_sha = take_upstream(data, upstream_dir, chain["labels"], chain["inputs"], where)
+    init_state = None
+    if chain["init"]["model"] or chain["init"]["method"]:
+        saved = torch.load(upstream_dir / "model.pt", map_location="cpu", weights_only=False)
+        init_state = {"model": saved["model"] if chain["init"]["model"] else None,
+                      "method": saved["method"] if chain["init"]["method"] else None}
+    upstream = {"run": str(upstream_dir.relative_to(root)), "model_sha256": sha256_file(upstream_dir / "model.pt"),
+                "exports_sha256": exports_sha, "init": chain["init"], "labels": chain["labels"],
+                "inputs": chain["inputs"]}
+    return data, inputs, init_state, upstream

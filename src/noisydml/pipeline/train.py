@@ -18,14 +18,13 @@ import torch
 
 from noisydml import io
 from noisydml.data.images import InputPipeline
-from noisydml.data.prepared import sha256_file
 from noisydml.engine import distributed
 from noisydml.engine.trainer import NullTracker, RunSpec, Trainer, embed
 from noisydml.methods import check_frozen_backbone, check_method
 from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
-from noisydml.pipeline.rundata import load_run_data, take_upstream
+from noisydml.pipeline.rundata import load_run_data, load_upstream
 from noisydml.runs import Run
 from noisydml.studies import find_study_runs
 from noisydml.tracking import MlflowTracker, mlflow_experiment, mlflow_run_name, standard_tags
@@ -36,10 +35,11 @@ def train(params: dict, run: Run, layout: Layout = Layout(), *, keep_checkpoint:
     """Train ``run`` (a :class:`~noisydml.runs.Run` of params: the grid's, a chain's, a figure's) into its folder,
     with its own overrides of the method's hyper-parameters and of train. ``keep_checkpoint``: leave its last
     checkpoint in place (the stage trains more runs and removes them when all are written)."""
-    run_params = run.params(params)
+    run_params, tuned = run.params(params), None
     if run.chosen is not None:  # a tuned run: the values its tune stage chose (a DVC dependency of its stage)
-        run_params = assign(run_params, run.method, tuned_values(run, layout)["values"])
-    return _train(run_params, run, layout, keep_checkpoint)
+        tuned = {"from": run.chosen, **tuned_values(run, layout)}
+        run_params = assign(run_params, run.method, tuned["values"])
+    return _train(run_params, run, layout, keep_checkpoint, tuned)
 
 
 def tuned_values(run: Run, layout: Layout) -> dict:
@@ -83,26 +83,9 @@ def run_from_arguments(params: dict, args) -> list[Path] | None:
     return outs
 
 
-def _upstream(chain: dict, data, layout: Layout, key_where: str):
-    """What a chained run takes from its upstream: data (labels, kept samples), inputs, initial state."""
-    upstream_dir = layout.run(chain["dataset"], chain["noise"], chain["upstream"], chain["seed"])
-    if not (upstream_dir / "model.pt").is_file():
-        raise FileNotFoundError(f"{key_where}: the upstream run {upstream_dir} is not trained yet; `dvc repro` "
-                                "trains it first (the chain's stage depends on it)")
-    data, inputs, exports_sha = take_upstream(data, upstream_dir, chain["labels"], chain["inputs"], key_where)
-    init_state = None
-    if chain["init"]["model"] or chain["init"]["method"]:
-        saved = torch.load(upstream_dir / "model.pt", map_location="cpu", weights_only=False)
-        init_state = {"model": saved["model"] if chain["init"]["model"] else None,
-                      "method": saved["method"] if chain["init"]["method"] else None}
-    upstream = {"run": str(upstream_dir.relative_to(layout.root)), "model_sha256": sha256_file(upstream_dir / "model.pt"),
-                "exports_sha256": exports_sha, "init": chain["init"], "labels": chain["labels"], "inputs": chain["inputs"]}
-    return data, inputs, init_state, upstream
-
-
-def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Path:
-    """Train one run (``params``: with the run's overrides); write ``model.pt``, embeddings, ``history.csv``,
-    ``run.json`` (and ``exports.npz``)."""
+def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool, tuned: dict | None) -> Path:
+    """Train one run (``params``: with the run's overrides; ``tuned``: a tuned run's chosen.json and its path,
+    already applied); write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``)."""
     dataset, noise, method, seed, chain = run.dataset, run.noise, run.method, run.seed, run.chain
     name_in_grid, name, stage = run.name, run.run_name, run.stage
     hparams = check_method(params, method)
@@ -111,7 +94,8 @@ def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Pat
     data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
     inputs, init_state, upstream = {}, None, {}
     if chain is not None:
-        data, inputs, init_state, upstream = _upstream(chain, data, layout, f"chained run {name}")
+        upstream_dir = layout.run(chain["dataset"], chain["noise"], chain["upstream"], chain["seed"])
+        data, inputs, init_state, upstream = load_upstream(chain, data, upstream_dir, layout.root, f"chained run {name}")
     backbone_state, pretrained = load_pretrained(params, layout)
     spec = RunSpec(method=method, method_hparams=hparams, train=params["train"], seed=seed,
                    data_fingerprint=data.fingerprint, evaluate=params["evaluate"], upstream=upstream,
@@ -126,7 +110,7 @@ def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Pat
             "method_hparams": hparams, "train": params["train"], "runtime": params["runtime"],
             "evaluate": params["evaluate"], **({"pretrain": params["pretrain"]} if params["train"]["pretrained"] ==
                                                "embedded" else {}), **({"chain": chain} if chain else {}),
-            **({"tuned": tuned_values(run, layout)["values"]} if run.chosen else {}),
+            **({"tuned": tuned["values"]} if tuned else {}),
         },
         tags={"dvc_stage": stage, "dataset": dataset, "noise": noise, "method": method, "run": name_in_grid,
               "seed": str(seed), "run_fingerprint": spec.fingerprint(), **standard_tags(layout.root),
@@ -179,7 +163,7 @@ def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool) -> Pat
             "selected_epoch": result.selected_epoch, "model_selection": params["train"]["model_selection"],
             "validation_classes": params["train"]["validation_classes"], "exports": sorted(result.exports),
             "trained_samples": int(len(data.sample_ids)), "upstream": upstream or None,
-            **({"tuned": {"from": run.chosen, **tuned_values(run, layout)}} if run.chosen else {}),
+            **({"tuned": tuned} if tuned else {}),
             **({"decision_histograms": result.decision_histograms} if result.decision_histograms else {}),
             **({"pretrained": pretrained} if pretrained else {}),
             "environment": result.device,

@@ -1,4 +1,4 @@
-"""The tune stage: one tuning study (dataset, noise, method) -> ``tuning/<dataset>/<noise>/<method>/``.
+"""The tune stages: one tuning study (dataset, noise, method or chained run) -> ``tuning/<dataset>/<noise>/<name>/``.
 
 The protocol is :mod:`noisydml.tuning`'s. The search is Optuna's (its sampler, its study and trial records); what
 is ours is how a trial trains and is scored, and how a killed study resumes:
@@ -13,6 +13,12 @@ is ours is how a trial trains and is scored, and how a killed study resumes:
   (``.checkpoints/tuning/...``, outside DVC's outputs) and is then told its score.
 - **no test data**: a trial trains on the noisy training labels minus ``tuning.validation_classes`` held-out
   classes and is scored on those (P@1 of the last epoch); the trainer is never handed the test split.
+- **a chained run** (``tuning.chains``): its upstream runs (the grid method it starts from, then every chain before
+  it) are trained once, untuned, on the same kept classes, into ``upstream/<run>/`` of the study's folder (ours:
+  an upstream trained on all training classes would have seen the held-out ones, and SGPS's posterior clean starts
+  from its upstream's weights); each trial then trains the chain's own step from the last of them. An upstream
+  that selects its model on validation classes (``model_selection: best_validation``) selects on the held-out
+  classes, the same for every trial (ours).
 
 Outputs: ``journal.log`` and ``settings.json`` (Optuna's record), ``trials.csv`` (one row per trial: values and
 validation P@1), ``trials/<k>.csv`` (each trial's epochs) and ``chosen.json``: the values of the best trial, which
@@ -26,41 +32,77 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import torch
 
 from noisydml import io
 from noisydml.engine.trainer import RunSpec, Trainer, code_fingerprint
 from noisydml.methods import check_frozen_backbone, check_method
 from noisydml.models import check_backbone
-from noisydml.pipeline.layout import Layout
+from noisydml.pipeline.layout import EXPORTS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
-from noisydml.pipeline.rundata import load_run_data
+from noisydml.pipeline.rundata import load_run_data, load_upstream
 from noisydml.schema import ParamsError
 from noisydml.tracking import MlflowTracker, mlflow_experiment, standard_tags
-from noisydml.tuning import CHOSEN_FILE, assign, first_trials, study_folder, study_name
+from noisydml.tuning import CHOSEN_FILE, assign, chain_params, first_trials, lineage, study_folder, study_name
 
 JOURNAL = "journal.log"
 SETTINGS = "settings.json"
 
 
-def tune(params: dict, dataset: str, noise: str, method: str, layout: Layout = Layout()) -> Path:
-    """Run (or resume) the tuning study of ``method`` on ``dataset``/``noise``; write its outputs; return the folder."""
+@dataclass(frozen=True)
+class Subject:
+    """What a study tunes: a method as the grid trains it, or a chained run's own step, trained after its
+    upstream runs (its lineage, untuned) on the same split of the training classes."""
+
+    name: str  # the method's name, or the chain's (chains.<key>.name)
+    method: str  # whose space is searched: tuning.spaces.<method>
+    params: dict  # params as the untuned run trains with them (a chain's overrides applied)
+    root: str | None = None  # a chain: the grid method its lineage starts from
+    steps: tuple = ()  # a chain: ((key, entry), ...) from the first chain after root to this chain (last)
+
+    @classmethod
+    def of(cls, params: dict, dataset: str, noise: str, name: str) -> "Subject":
+        if name not in params["tuning"]["chains"]:
+            return cls(name, name, params)
+        root, steps = lineage(params["chains"], dataset, noise, name)
+        chain = steps[-1][1]
+        return cls(name, chain["method"], chain_params(params, chain), root, tuple(steps))
+
+    def settings(self, params: dict) -> dict:
+        """Its part of the study's fingerprint: the method's params as trained; a chain's upstream runs too."""
+        out = {"method": self.method, "hparams": self.params["methods"][self.method], "train": self.params["train"]}
+        if self.steps:
+            out["lineage"] = {"root": self.root, "root_hparams": params["methods"][self.root],
+                              "chains": [{"key": key, **chain, "hparams_as_trained": chain_params(
+                                  params, chain)["methods"][chain["method"]]} for key, chain in self.steps]}
+        return out
+
+
+def tune(params: dict, dataset: str, noise: str, name: str, layout: Layout = Layout()) -> Path:
+    """Run (or resume) the tuning study of ``name`` -- a method of ``tuning.methods`` or a chained run of
+    ``tuning.chains`` -- on ``dataset``/``noise``; write its outputs; return the folder."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tuning = params["tuning"]
-    space = tuning["spaces"][method]
-    folder = layout.root / study_folder(dataset, noise, method)
+    subject = Subject.of(params, dataset, noise, name)
+    space = tuning["spaces"][subject.method]
+    folder = layout.root / study_folder(dataset, noise, name)
     data = load_run_data(dataset, noise, layout, tuning["validation_classes"], tuning["seed"])
-    trainer = _TrialTrainer(params, dataset, noise, method, data, layout)
-    _start_afresh_unless_same(folder, _settings(params, method, data.fingerprint, trainer.pretrained, optuna.__version__))
+    trainer = _TrialTrainer(params, dataset, noise, subject, data, layout)
+    _start_afresh_unless_same(folder, _settings(params, subject, data.fingerprint, trainer.pretrained,
+                                                optuna.__version__))
+    upstream = trainer.train_lineage(folder)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / JOURNAL)))
-    name = study_name(dataset, noise, method)
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
+    label = study_name(dataset, noise, name)
+    study = optuna.create_study(study_name=label, storage=storage, direction="maximize", load_if_exists=True)
     if not study.trials:
-        for values in first_trials(params, method, space):
+        for values in first_trials(subject.params, subject.method, space):
             study.enqueue_trial(values, user_attrs={"source": "first"})
     distributions = {key: _distribution(optuna, e) for key, e in space.items()}
     budget = tuning["trials"]
@@ -73,26 +115,26 @@ def tune(params: dict, dataset: str, noise: str, method: str, layout: Layout = L
             break
         else:  # trial k from a sampler seeded seed + k: the same trial whether or not the study was killed
             number = len(trials)
-            asking = optuna.load_study(study_name=name, storage=storage,
+            asking = optuna.load_study(study_name=label, storage=storage,
                                        sampler=_sampler(optuna, tuning, tuning["seed"] + number))
             trial = asking.ask(distributions)
             trial_number, values = trial.number, trial.params
-        print(f"tune {name}: trial {trial_number + 1}/{budget} {_short(values)}", flush=True)
-        score = trainer.score(trial_number, values, folder)
+        print(f"tune {label}: trial {trial_number + 1}/{budget} {_short(values)}", flush=True)
+        score = trainer.score(trial_number, values, folder, upstream)
         study.tell(trial_number, score)
-        print(f"tune {name}: trial {trial_number + 1}/{budget} validation P@1 {score:.4f}", flush=True)
-    _write_outputs(study, params, method, budget, folder)
+        print(f"tune {label}: trial {trial_number + 1}/{budget} validation P@1 {score:.4f}", flush=True)
+    _write_outputs(study, subject, budget, folder)
     return folder
 
 
-def _settings(params: dict, method: str, data_fingerprint: str, pretrained: dict, optuna_version: str) -> dict:
+def _settings(params: dict, subject: Subject, data_fingerprint: str, pretrained: dict, optuna_version: str) -> dict:
     """What every trial's result depends on, but the budget (raising it keeps the trials run)."""
-    tuning = {k: v for k, v in params["tuning"].items() if k not in ("trials", "datasets", "noises", "methods")}
-    tuning["spaces"] = {method: params["tuning"]["spaces"][method]}
-    return {"method": method, "hparams": params["methods"][method], "train": params["train"], "tuning": tuning,
+    tuning = {k: v for k, v in params["tuning"].items()
+              if k not in ("trials", "datasets", "noises", "methods", "chains")}
+    tuning["spaces"] = {subject.method: params["tuning"]["spaces"][subject.method]}
+    return {**subject.settings(params), "tuning": tuning,
             "evaluate": {k: params["evaluate"][k] for k in ("max_k", "device")}, "data": data_fingerprint,
-            "pretrained": pretrained,
-            "code": code_fingerprint(), "optuna": optuna_version}
+            "pretrained": pretrained, "code": code_fingerprint(), "optuna": optuna_version}
 
 
 def _start_afresh_unless_same(folder: Path, settings: dict) -> None:
@@ -128,10 +170,11 @@ def _short(values: dict) -> str:
 
 
 class _TrialTrainer:
-    """Trains a trial (the method with its values) on the training classes kept and scores it on the held-out ones."""
+    """Trains on the training classes kept and scores on the held-out ones: a chain's upstream runs once
+    (:meth:`train_lineage`), then each trial (:meth:`score`). The trainer is never handed the test split."""
 
-    def __init__(self, params: dict, dataset: str, noise: str, method: str, data, layout: Layout):
-        self.params, self.dataset, self.noise, self.method = params, dataset, noise, method
+    def __init__(self, params: dict, dataset: str, noise: str, subject: Subject, data, layout: Layout):
+        self.params, self.dataset, self.noise, self.subject = params, dataset, noise, subject
         self.data, self.layout = data, layout
         kept, wanted = len(set(data.train_set.labels.tolist())), params["train"]["batch"]["classes"]
         if kept < wanted:
@@ -140,52 +183,102 @@ class _TrialTrainer:
                               f"leaves {kept} classes to train on, fewer than train.batch.classes ({wanted}); allowed: "
                               f"at most {kept + held - wanted}")
         self.backbone_state, self.pretrained = load_pretrained(params, layout)
+        self.label = study_name(dataset, noise, subject.name)
 
-    def checkpoint(self, number: int) -> Path:
-        return (self.layout.root / ".checkpoints" / study_folder(self.dataset, self.noise, self.method)
-                / f"trial{number}" / "last.pt")
+    def checkpoint(self, part: str) -> Path:
+        return (self.layout.root / ".checkpoints" / study_folder(self.dataset, self.noise, self.subject.name) / part
+                / "last.pt")
 
-    def score(self, number: int, values: dict, folder: Path) -> float:
-        params = assign(self.params, self.method, values)
-        # the last epoch's model, scored on held-out training classes; ours: the tuning split's, not train's
-        params["train"].update(validation_classes=self.params["tuning"]["validation_classes"], model_selection="last")
-        hparams = check_method(params, self.method)
-        check_backbone(params["train"], params["weights"])
-        check_frozen_backbone(hparams, params["train"], f"methods.{self.method}")
-        seed = params["tuning"]["seed"]
-        spec = RunSpec(method=self.method, method_hparams=hparams, train=params["train"], seed=seed,
-                       data_fingerprint=self.data.fingerprint, evaluate=params["evaluate"], pretrained=self.pretrained)
-        name = study_name(self.dataset, self.noise, self.method)
-        tracker = MlflowTracker(
-            f"{mlflow_experiment(params, self.dataset)}-tuning", f"{self.method} · {self.noise} · trial {number}",
-            params={"dataset": self.dataset, "noise": self.noise, "method": self.method, "trial": number,
-                    "values": values, "method_hparams": hparams, "train": params["train"]},
-            tags={"dvc_stage": f"tune@{name}", "dataset": self.dataset, "noise": self.noise, "method": self.method,
-                  "trial": str(number), "run_fingerprint": spec.fingerprint(), **standard_tags(self.layout.root)})
-        # NOISYDML_STOP_AFTER_EPOCH=k (NOISYDML_STOP_IN_TRIAL=t: in trial t only) stops as a kill would (tests)
-        stop = os.environ.get("NOISYDML_STOP_AFTER_EPOCH")
-        in_trial = os.environ.get("NOISYDML_STOP_IN_TRIAL")
-        stop_here = stop and (in_trial is None or int(in_trial) == number)
-        # the held-out classes are the trainer's test set: the test split is never handed to it
-        trainer = Trainer(spec, self.data.train_set, self.data.val_set, self.checkpoint(number), tracker=tracker,
-                          runtime=params["runtime"], truth=self.data.truth, sample_ids=self.data.sample_ids,
-                          stop_after_epoch=int(stop) if stop_here else None, backbone_state=self.backbone_state)
+    def train_lineage(self, folder: Path) -> Path | None:
+        """A chain's upstream runs, untuned, each from the one before (the first from its grid method), on this
+        split: into ``folder/upstream/<run>/`` (``model.pt``, ``exports.npz``), once per study (the folder persists;
+        a run killed mid-training resumes from its checkpoint). The last one's folder; None for a method."""
+        if not self.subject.steps:
+            return None
+        runs = [(self.subject.root, self.params, None)]
+        runs += [(chain["name"], chain_params(self.params, chain), chain) for _, chain in self.subject.steps[:-1]]
+        previous = None
+        for name, params, chain in runs:
+            out = folder / "upstream" / name
+            if not (out / "model.pt").is_file():
+                print(f"tune {self.label}: training the upstream run {name} on the tuning split", flush=True)
+                method = chain["method"] if chain else name
+                result, data, _ = self._fit(params, method, f"upstream/{name}", f"{name} · {self.noise} · upstream of "
+                                         f"{self.subject.name}", chain, previous)
+                with io.atomic_dir(out) as tmp:
+                    torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),
+                                "train": params["train"], "method_name": method}, tmp / "model.pt")
+                    if result.exports:
+                        np.savez(tmp / EXPORTS, sample_id=data.sample_ids, **result.exports)
+                self.checkpoint(f"upstream/{name}").unlink(missing_ok=True)
+            previous = out
+        return previous
+
+    def score(self, number: int, values: dict, folder: Path, upstream: Path | None) -> float:
+        """Trial ``number``: the subject with ``values``, trained (after ``upstream``, for a chain) and scored."""
+        subject = self.subject
+        params = assign(subject.params, subject.method, values)
         started = time.time()
-        try:
-            result = trainer.fit()
-        except BaseException:
-            tracker.end(status="KILLED")
-            raise
+        result, _, tracker = self._fit(params, subject.method, f"trial{number}", f"{subject.name} · {self.noise} · trial "
+                              f"{number}", subject.steps[-1][1] if subject.steps else None, upstream,
+                              trial=number, values=values)
         history = pd.DataFrame(result.history).rename(columns=lambda c: c.replace("test_", "val_", 1))
         io.write_with(folder / "trials" / f"{number}.csv", lambda p: history.to_csv(p, index=False))
         score = float(history["val_precision_at_1"].iloc[-1])
         tracker.log_metrics({"val_precision_at_1": score, "trial_seconds": time.time() - started}, step=0)
         tracker.end(status="FINISHED")
-        self.checkpoint(number).unlink(missing_ok=True)
+        self.checkpoint(f"trial{number}").unlink(missing_ok=True)
         return score
 
+    def _fit(self, params: dict, method: str, part: str, run_name: str, chain: dict | None, upstream: Path | None,
+             trial: int | None = None, values: dict | None = None):
+        """Train ``method`` with ``params`` on the kept classes (from ``upstream`` for a chain), the held-out classes
+        in the test set's place; a trial scores its last epoch, an upstream run keeps its own model selection."""
+        params = {**params, "train": {**params["train"], "validation_classes": self.params["tuning"]
+                                      ["validation_classes"]}}
+        if trial is not None:  # ours: the last epoch is scored (as the runs report the last epoch)
+            params["train"]["model_selection"] = "last"
+        hparams = check_method(params, method)
+        check_backbone(params["train"], params["weights"])
+        check_frozen_backbone(hparams, params["train"], f"methods.{method}")
+        data, inputs, init_state, upstream_record = self.data, {}, None, {}
+        if chain is not None:
+            data, inputs, init_state, upstream_record = load_upstream(
+                chain, data, upstream, self.layout.root, f"tune {self.label}: {run_name}")
+        seed = params["tuning"]["seed"]
+        spec = RunSpec(method=method, method_hparams=hparams, train=params["train"], seed=seed,
+                       data_fingerprint=data.fingerprint, evaluate=params["evaluate"], upstream=upstream_record,
+                       pretrained=self.pretrained)
+        tracker = MlflowTracker(
+            f"{mlflow_experiment(params, self.dataset)}-tuning", run_name,
+            params={"dataset": self.dataset, "noise": self.noise, "method": method, "tuned": self.subject.name,
+                    **({"trial": trial, "values": values} if trial is not None else {"upstream_of": self.subject.name}),
+                    "method_hparams": hparams, "train": params["train"]},
+            tags={"dvc_stage": f"{'tune_chain' if self.subject.steps else 'tune'}@{self.label}",
+                  "dataset": self.dataset, "noise": self.noise, "method": method,
+                  **({"trial": str(trial)} if trial is not None else {"part": part}),
+                  "run_fingerprint": spec.fingerprint(), **standard_tags(self.layout.root)})
+        # NOISYDML_STOP_AFTER_EPOCH=k (NOISYDML_STOP_IN_TRIAL=t: in trial t only) stops as a kill would (tests)
+        stop = os.environ.get("NOISYDML_STOP_AFTER_EPOCH")
+        in_trial = os.environ.get("NOISYDML_STOP_IN_TRIAL")
+        stop_here = stop and (in_trial is None or (trial is not None and int(in_trial) == trial))
+        selecting = params["train"]["model_selection"] == "best_validation"
+        # the held-out classes are the trainer's test set: the test split is never handed to it
+        trainer = Trainer(spec, data.train_set, data.val_set, self.checkpoint(part), tracker=tracker,
+                          runtime=params["runtime"], val_set=data.val_set if selecting else None, truth=data.truth,
+                          sample_ids=data.sample_ids, inputs=inputs, init_state=init_state,
+                          stop_after_epoch=int(stop) if stop_here else None, backbone_state=self.backbone_state)
+        try:
+            result = trainer.fit()
+        except BaseException:
+            tracker.end(status="KILLED")
+            raise
+        if trial is None:
+            tracker.end(status="FINISHED")
+        return result, data, tracker
 
-def _write_outputs(study, params: dict, method: str, budget: int, folder: Path) -> None:
+
+def _write_outputs(study, subject: Subject, budget: int, folder: Path) -> None:
     """trials.csv and chosen.json (the best of the first ``budget`` trials; ties: the earliest)."""
     import optuna
 
@@ -196,12 +289,14 @@ def _write_outputs(study, params: dict, method: str, budget: int, folder: Path) 
     table = pd.DataFrame(rows).sort_values("trial")
     io.write_with(folder / "trials.csv", lambda p: table.to_csv(p, index=False))
     best = max(done, key=lambda t: (t.value, -t.number))
-    tuning = params["tuning"]
+    tuning = subject.params["tuning"]
     io.write_json(folder / CHOSEN_FILE, {
         "values": best.params, "trial": best.number, "val_precision_at_1": best.value, "trials": budget,
         "first_trials": [{"trial": t.number, "values": t.params, "val_precision_at_1": t.value}
                          for t in done if t.user_attrs.get("source") == "first"],
         "objective": f"P@1 at the last epoch on {tuning['validation_classes']} held-out training classes (noisy "
                      "labels); the test split is never read",
+        **({"upstream": f"{' -> '.join([subject.root, *(c['name'] for _, c in subject.steps[:-1])])}, untuned, "
+                        "trained once on the same split"} if subject.steps else {}),
         "sampler": tuning["sampler"], "seed": tuning["seed"], "optuna": optuna.__version__,
     })

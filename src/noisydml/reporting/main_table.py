@@ -23,8 +23,9 @@ def metric_head(metric: str) -> str:
 
 
 def row_names(params: dict) -> list[str]:
-    """Rows of the main tables: the grid's methods, the chained runs' names, then the tuned runs'."""
-    tuned = [m + TUNED_SUFFIX for m in params.get("tuning", {}).get("methods", [])]
+    """Rows of the main tables: the grid's methods, the chained runs' names, then the tuned runs' (methods, chains)."""
+    tuning = params.get("tuning", {})
+    tuned = [name + TUNED_SUFFIX for name in [*tuning.get("methods", []), *tuning.get("chains", [])]]
     return list(dict.fromkeys([*params["grid"]["methods"], *(c["name"] for c in params["chains"].values()), *tuned]))
 
 
