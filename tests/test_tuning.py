@@ -186,6 +186,21 @@ def test_tuning_section_is_refused_with_the_key_and_value(raw_params, edit, mess
         validate_params(raw)
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda raw: raw["tuning"]["spaces"].pop("mcl"), "tuning.chains[0]: 'mcl_after' trains 'mcl' (chains.mcl_after.method), "
+                                                     "which has no search space"),
+    (lambda raw: raw["chains"]["mcl_after"]["hparams"]["loss"].update(neg_margin=0.9),
+     "tuning.spaces.mcl.loss.neg_margin: chains.mcl_after's value methods.mcl.loss.neg_margin = 0.9"),
+    (lambda raw: raw["tuning"].update(chains=["mcl_after", "mcl_after"]), "tuning.chains"),
+])
+def test_a_tuned_chain_is_refused_with_the_key_and_value(raw_params, edit, message):
+    raw = chain_tuning_params(raw_params)
+    edit(raw)
+    with pytest.raises(ParamsError, match=message.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")
+                       .replace("(", r"\(").replace(")", r"\)")):
+        validate_params(raw)
+
+
 def test_the_committed_spaces_hold_every_untuned_and_paper_value(raw_params):
     """params.yaml's spaces, each tuned: every untuned value and every paper value lies inside its space."""
     raw = copy.deepcopy(raw_params)

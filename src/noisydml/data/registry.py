@@ -34,24 +34,28 @@ class DatasetKind:
         return cfg
 
 
-def _prepare_glyphs(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
-    from noisydml.data import glyphs
+def _embedded_kind(kind: str, classes: str, default_classes: int, max_classes: int) -> DatasetKind:
+    """A dataset the prepare stage renders offline with ``noisydml.data.<kind>.generate``:
+    ``classes`` (what a class is) up to ``max_classes``; the first half of the classes train."""
 
-    with tqdm(total=cfg["num_classes"], desc=f"prepare {name}: rendering classes", unit="class") as bar:
-        images, labels, class_names = glyphs.generate(
-            cfg["num_classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"], progress=bar
-        )
-    return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "glyphs", **cfg})
+    def prepare(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
+        from noisydml.data import glyphs, motifs  # imported by name: the prepare stage's code deps see both
 
+        generate = {"glyphs": glyphs.generate, "motifs": motifs.generate}[kind]
+        with tqdm(total=cfg["num_classes"], desc=f"prepare {name}: rendering classes", unit="class") as bar:
+            images, labels, class_names = generate(
+                cfg["num_classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"], progress=bar
+            )
+        return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": kind, **cfg})
 
-def _prepare_motifs(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
-    from noisydml.data import motifs
-
-    with tqdm(total=cfg["num_classes"], desc=f"prepare {name}: rendering classes", unit="class") as bar:
-        images, labels, class_names = motifs.generate(
-            cfg["num_classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"], progress=bar
-        )
-    return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": "motifs", **cfg})
+    schema = {
+        "num_classes": Field(int, default_classes, min=4, max=max_classes,
+                             help=f"{classes}; {max_classes} are available"),
+        "images_per_class": Field(int, 32, min=2),
+        "image_size": Field(int, 32, min=8, max=64),
+        "seed": Field(int, 0, min=0),
+    }
+    return DatasetKind(schema=schema, prepare=prepare, train_classes=lambda cfg: cfg["num_classes"] // 2)
 
 
 def _prepare_folder(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
@@ -74,27 +78,9 @@ def _check_folder(cfg: dict, where: str) -> None:
 
 
 DATASET_KINDS: dict[str, DatasetKind] = {
-    "glyphs": DatasetKind(
-        schema={
-            "num_classes": Field(int, 400, min=4, max=423, help="distinct characters; 423 are available"),
-            "images_per_class": Field(int, 32, min=2),
-            "image_size": Field(int, 32, min=8, max=64),
-            "seed": Field(int, 0, min=0),
-        },
-        prepare=_prepare_glyphs,
-        train_classes=lambda cfg: cfg["num_classes"] // 2,
-    ),
-    "motifs": DatasetKind(
-        schema={
-            # 576: 144 genera x 4 species (noisydml.data.motifs.max_classes; a test checks the bound)
-            "num_classes": Field(int, 200, min=4, max=576, help="species (fine-grained classes); 576 are available"),
-            "images_per_class": Field(int, 32, min=2),
-            "image_size": Field(int, 32, min=8, max=64),
-            "seed": Field(int, 0, min=0),
-        },
-        prepare=_prepare_motifs,
-        train_classes=lambda cfg: cfg["num_classes"] // 2,
-    ),
+    "glyphs": _embedded_kind("glyphs", "distinct characters", 400, 423),
+    # 576: 144 genera x 4 species (noisydml.data.motifs.max_classes; a test checks the bound)
+    "motifs": _embedded_kind("motifs", "species (fine-grained classes)", 200, 576),
     "folder": DatasetKind(
         schema={
             "root": Field(str, "", help="folder with one sub-folder per class"),

@@ -78,8 +78,8 @@ class Subject:
         out = {"method": self.method, "hparams": self.params["methods"][self.method], "train": self.params["train"]}
         if self.steps:
             out["lineage"] = {"root": self.root, "root_hparams": params["methods"][self.root],
-                              "chains": [{"key": key, **chain, "hparams_as_trained": chain_params(
-                                  params, chain)["methods"][chain["method"]]} for key, chain in self.steps]}
+                              "chains": [{"key": key, **chain, "method_hparams": params["methods"][chain["method"]]}
+                                         for key, chain in self.steps]}
         return out
 
 
