@@ -212,6 +212,18 @@ def test_the_committed_spaces_hold_every_untuned_and_paper_value(raw_params):
         assert first_trials(params, method, space)[0].keys() == space.keys()
 
 
+@pytest.mark.parametrize("method, baseline", [("prism", "mcl"), ("sgps", "prism"), ("bspml", "ms_rho1"),
+                                              ("spa_smooth_loss", "proxy_anchor_frozen")])
+def test_a_papers_method_searches_every_key_its_baseline_searches(raw_params, method, baseline):
+    """Tuning never favours a baseline by what it may change: the method's space holds the baseline's keys, with
+    the same ranges (the method adds its own keys)."""
+    spaces = validate_params(raw_params)["tuning"]["spaces"]
+    for key, entry in spaces[baseline].items():
+        assert key in spaces[method], f"tuning.spaces.{method} lacks {key}, which {baseline} searches"
+        ranges = ("low", "high", "log", "choices")
+        assert {k: entry.get(k) for k in ranges} == {k: spaces[method][key].get(k) for k in ranges}, key
+
+
 @pytest.mark.e2e
 def test_chosen_values_reach_the_tuned_run_through_a_dvc_edge(raw_params, tmp_path):
     raw = tuning_params(raw_params, trials=2)
