@@ -258,3 +258,28 @@ def test_a_tuned_chain_trains_from_the_grids_upstream_with_its_studys_values_thr
     assert np.isclose(model["train"]["optimizer"]["lr"], chosen["values"]["train.optimizer.lr"])
     status = run_command([sys.executable, "-m", "dvc", "status", stage], tmp_path, env)
     assert "up to date" in status
+
+
+@pytest.mark.parametrize("dataset", ["glyphs", "motifs"])
+def test_the_orderings_experiment_is_valid_through_dvcs_own_overrides(tmp_path, dataset):
+    """scripts/tuning_orderings.py's -S arguments, applied by DVC's code to params.yaml, validate and tune every
+    method and chain of the comparisons at both noises."""
+    import importlib.util
+    import shutil
+
+    from dvc.utils.hydra import apply_overrides
+
+    from conftest import REPO
+    from noisydml.config import load_params
+    from noisydml.pipeline.check import check_all
+    from noisydml.runs import runs_of
+
+    spec = importlib.util.spec_from_file_location("tuning_orderings", REPO / "scripts" / "tuning_orderings.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    apply_overrides(tmp_path / "params.yaml", script.overrides(dataset))
+    params = check_all(load_params(tmp_path / "params.yaml"))
+    tuned = {r.name for r in runs_of(params) if r.kind == "tuned"}
+    assert tuned == {f"{name}_tuned" for name in script.METHODS + script.CHAINED}
+    assert {r.noise for r in runs_of(params)} == set(script.NOISES) and params["grid"]["seeds"] == [0, 1, 2]
