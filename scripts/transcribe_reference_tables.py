@@ -32,12 +32,16 @@ METRICS = {"P@1": "precision_at_1", "MAP@R": "mean_average_precision_at_r", "NMI
 PRISM_METHODS = {"FastAP": "fastap", "nSoftmax": "normalized_softmax", "ProxyNCA": "proxynca",
                  "Soft Triple": "softtriple", "Soft Triple + PRISM (Ours)": "softtriple_prism", "MS": "ms",
                  "Circle": "circle", "Contrastive Loss": "contrastive", "Contrastive": "contrastive",
-                 "Memory Contrastive Loss (MCL)": "mcl", "MCL + PRISM (Ours)": "prism"}
+                 "Memory Contrastive Loss (MCL)": "mcl", "MCL + PRISM (Ours)": "prism",
+                 "Co-teaching": "coteaching", "Co-teaching+": "coteaching_plus",
+                 "Co-teaching w/ Temperature": "coteaching_t", "F-correction": "f_correction"}
 SGPS_METHODS = {"FastAP": "fastap", "nSoftmax": "normalized_softmax", "ProxyNCA": "proxynca",
                 "Soft Triple": "softtriple", "MS": "ms", "Circle": "circle", "Contrastive": "contrastive",
                 "XBM-MCL": "mcl", "PRISM-MCL": "prism", "Supcon": "supcon", "SupCon": "supcon",
                 "SGPS-MCL": "sgps", "SGPS-MCL (posterior strategy per caption)": "sgps_posterior",
-                "SGPS-SupCon": "sgps_supcon"}
+                "SGPS-SupCon": "sgps_supcon", "Co-teaching": "coteaching", "Co-teaching+": "coteaching_plus",
+                "Co-teaching w/ T": "coteaching_t", "F-correction": "f_correction", "UNICON": "unicon",
+                "DivideMix": "dividemix", "LRA-Diffusion": "lra_diffusion", "LabelWave": "labelwave"}
 BSPML_METHODS = {"Contrastive": "contrastive", "Triplet_smooth": "triplet", "Margin": "margin", "FastAP": "fastap",
                  "MS": "ms_rho1", "Proxy-Anchor": "proxy_anchor", "SNR": "snr", "BSPML": "bspml"}
 

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -12,13 +14,26 @@ from noisydml.pipeline.check import check_all
 PARAMS = check_all(load_params("params.yaml"))
 
 
+class _TinyNetwork(torch.nn.Module):
+    """A second network for methods that own one (its features are the batch's, moved by a linear map)."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, 16)
+
+    def forward_with_features(self, x):
+        features = self.backbone(x)
+        return torch.nn.functional.normalize(self.head(features), dim=1), features
+
+
 def _setup(name, num_classes=4):
     labels = np.repeat(np.arange(num_classes), 8)
     # what a chained smooth_proxy_anchor run gets from its phase 1: certain of the given labels
     inputs = {"confidence_classes": labels[:, None], "confidence_values": np.ones((len(labels), 1), np.float32),
               "confidence_label": labels}
     return MethodSetup(PARAMS["methods"][name], num_classes, 16, len(labels), labels, seed=0, feature_dim=16,
-                       inputs=inputs)
+                       inputs=inputs, build_network=_TinyNetwork)
 
 
 @pytest.mark.parametrize("step", [0, 100_000], ids=["first-step", "past-every-warm-up"])
@@ -28,12 +43,16 @@ def test_every_method_gives_a_finite_differentiable_loss(name, step):
     torch.manual_seed(0)
     method = build_method(name, _setup(name))
     labels = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3])
-    # spa_confidence (Smooth Proxy-Anchor's phase 1) trains a confidence module on the backbone features only
-    on_features = name == "spa_confidence"
+    # spa_confidence (Smooth Proxy-Anchor's phase 1) trains a confidence module on the backbone features only, the
+    # classification baselines a classifier on them
+    on_features = name == "spa_confidence" or method.retrieval == "features"
     for i in range(3):  # a few batches, so cross-batch memories hold earlier ones
         emb = torch.nn.functional.normalize(torch.randn(16, 16) + torch.eye(16)[labels] * 2, dim=1).requires_grad_()
         features = emb.detach().clone().requires_grad_() if on_features else None
-        loss, logs = method.loss(batch_of(emb, labels, step=step + i, features=features))
+        batch = batch_of(emb, labels, step=step + i, features=features)
+        inputs = emb.detach() + 0.1 * torch.randn(16, 16)
+        batch = dataclasses.replace(batch, forward_network=lambda net, x=inputs: net.forward_with_features(x))
+        loss, logs = method.loss(batch)
         assert loss.ndim == 0 and torch.isfinite(loss)
         loss.backward()
         grad = features.grad if on_features else emb.grad

@@ -385,6 +385,7 @@ class Trainer:
                 row.update(self._monitor(run, epoch, last))
                 if last:
                     timeline["final_embedding_seconds"] += time.perf_counter() - t0
+            self._method_selects(run, epoch, row)
             self._record(run, row)
             self._save(run, epoch)
             if self.stop_after_epoch is not None and epoch + 1 >= self.stop_after_epoch and not last:
@@ -434,13 +435,28 @@ class Trainer:
                 model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
             elif runtime["sync_batchnorm"] and ddp.is_main:
                 print("runtime.sync_batchnorm: PyTorch's SyncBatchNorm needs CUDA; batch-norm statistics are per rank")
+        in_channels = image_channels(self.train_set.images)
+
+        def build_network() -> torch.nn.Module:
+            """A second network of this run's architecture and starting weights (a method's peer)."""
+            net = build_model(cfg, in_channels=in_channels)
+            if self.backbone_state is not None:
+                load_backbone_weights(net.backbone, self.backbone_state, cfg["pretrained"])
+            net = net.to(device)
+            return net.to(memory_format=torch.channels_last) if gpu["channels_last"] else net
+
         method = build_method(
             self.spec.method,
             MethodSetup(hparams=self.spec.method_hparams, num_classes=int(labels.max()) + 1,
                         embedding_dim=cfg["embedding_dim"], dataset_size=len(labels), train_labels=labels,
                         seed=self.spec.seed, feature_dim=int(getattr(model.backbone, "out_dim", 0)),
-                        sample_ids=self.sample_ids, inputs=self.inputs),
+                        sample_ids=self.sample_ids, inputs=self.inputs, build_network=build_network),
         ).to(device)
+        if method.retrieval not in ("embeddings", "features"):
+            raise ValueError(f"{self.spec.method}.retrieval is {method.retrieval!r}; allowed: embeddings, features")
+        if method.selects_epoch and cfg["model_selection"] != "last":
+            raise ParamsError(f"train.model_selection: {cfg['model_selection']!r}, but {self.spec.method} selects the "
+                              "reported epoch itself (without validation data); allowed: last")
         if self.init_state is not None:
             model.load_state_dict(self.init_state["model"])
             if self.init_state.get("method") is not None:
@@ -536,7 +552,7 @@ class Trainer:
         row: dict[str, float] = {}
         evaluate = self.spec.evaluate
         if self.val_set is not None:
-            val = retrieval_metrics(run.embed_all(self.val_set.images), self.val_set.labels, recall_at=(1,),
+            val = retrieval_metrics(run.embed_retrieval(self.val_set.images), self.val_set.labels, recall_at=(1,),
                                     nmi=False, include=MONITOR_METRICS, max_k=evaluate["max_k"],
                                     device=evaluate["device"])
             row.update({f"val_{k}": v for k, v in val.items()})
@@ -545,7 +561,7 @@ class Trainer:
                 run.best = {"epoch": epoch + 1, "score": val["precision_at_1"],
                             "model": copy.deepcopy(run.model.state_dict()),
                             "method": copy.deepcopy(run.method.state_dict())}
-        test_emb = run.embed_all(self.test_set.images)
+        test_emb = run.embed_retrieval(self.test_set.images)
         if last:
             run.last_test_embeddings = test_emb
         monitor = retrieval_metrics(test_emb, self.test_set.labels, recall_at=(1,), nmi=False, include=MONITOR_METRICS,
@@ -553,6 +569,18 @@ class Trainer:
                                     query_mask=self.test_set.query_mask)
         row.update({f"test_{k}": v for k, v in monitor.items()})
         return row
+
+    def _method_selects(self, run: "_Run", epoch: int, row: dict[str, float]) -> None:
+        """A method that picks the reported epoch (:meth:`Method.selection_score`): keep the best-scoring model."""
+        if not run.method.selects_epoch:
+            return
+        score = run.method.selection_score()
+        if score is None:
+            return
+        row["selection_score"] = float(score)
+        if run.best is None or score > run.best["score"]:
+            run.best = {"epoch": epoch + 1, "score": float(score), "model": copy.deepcopy(run.model.state_dict()),
+                        "method": copy.deepcopy(run.method.state_dict())}
 
     def _record(self, run: "_Run", row: dict[str, float]) -> None:
         run.history.append(row)
@@ -579,9 +607,11 @@ class Trainer:
         run.ddp.barrier()  # no rank runs ahead of the checkpoint (a resume finds it whole)
 
     def _select(self, run: "_Run") -> None:
-        """The reported model: the last epoch's, or the best on the validation classes (never the test set)."""
+        """The reported model: the last epoch's, the best on the validation classes, or the epoch the method picked
+        without validation data (never the test set)."""
         run.selected_epoch = self.spec.train["epochs"]
-        if self.spec.train["model_selection"] == "best_validation" and run.best is not None:
+        selecting = self.spec.train["model_selection"] == "best_validation" or run.method.selects_epoch
+        if selecting and run.best is not None:
             run.model.load_state_dict(run.best["model"])
             run.method.load_state_dict(run.best["method"])
             run.selected_epoch = run.best["epoch"]
@@ -590,9 +620,9 @@ class Trainer:
         """The selected model's embeddings, the method's per-row exports and its decisions' histograms."""
         # the last epoch's model is the final one unless validation chose another: its test pass is reused
         reuse = run.last_test_embeddings is not None and run.selected_epoch == self.spec.train["epochs"]
-        test_emb = run.last_test_embeddings if reuse else run.embed_all(self.test_set.images)
-        train_emb = run.embed_all(self.train_set.images)
-        val_emb = run.embed_all(self.val_set.images) if self.val_set is not None else None
+        test_emb = run.last_test_embeddings if reuse else run.embed_retrieval(self.test_set.images)
+        train_emb = run.embed_retrieval(self.train_set.images)
+        val_emb = run.embed_retrieval(self.val_set.images) if self.val_set is not None else None
         exports = {k: np.asarray(v) for k, v in run.method.export(run.context(self.spec.train["epochs"])).items()}
         for name, values in exports.items():
             if len(values) != len(run.labels):
@@ -672,6 +702,23 @@ class _Run:
             x = x.to(memory_format=torch.channels_last)
         with torch.autocast(device.type, dtype=torch.float16, enabled=gpu["amp"]):
             emb, feats = self.forward(x.to(device, non_blocking=True))
+        own_inputs = x[:own] if extra is not None else x
+        # the rows of the global batch this process holds (contiguous: Distributed.local_rows)
+        held = slice(self.ddp.rank * len(own_inputs), (self.ddp.rank + 1) * len(own_inputs)) if self.ddp.active \
+            else slice(0, len(own_inputs))
+
+        def forward_network(net: torch.nn.Module | None = None, transform=None) -> tuple[torch.Tensor, torch.Tensor]:
+            if net is None and self.ddp.active:
+                raise ParamsError(f"runtime.processes: {self.ddp.world_size}, but {self.trainer.spec.method} forwards "
+                                  "the model itself several times a step, which DDP's one reduction per backward "
+                                  "does not allow; allowed: 1")
+            inputs = own_inputs.to(device, non_blocking=True)
+            if transform is not None:
+                inputs = transform(inputs, held)
+            with torch.autocast(device.type, dtype=torch.float16, enabled=gpu["amp"]):
+                e, f = (net or self.model).forward_with_features(inputs)
+            return self.ddp.gather_rows(e.float()), self.ddp.gather_rows(f.float())
+
         extra_batch = None
         if extra is not None:
             extra_index = torch.from_numpy(extra)
@@ -685,7 +732,7 @@ class _Run:
         emb, feats = self.ddp.gather_rows(emb.float()), self.ddp.gather_rows(feats.float())
         return Batch(embeddings=emb, features=feats, labels=self.labels_t[index].to(device),
                      index=index.to(device), sample_id=self.ids_t[index].to(device), step=self.step, epoch=epoch,
-                     extra=extra_batch)
+                     extra=extra_batch, forward_network=forward_network)
 
     def embed_all(self, images, features: bool = False):
         """One pass over all rows; under DDP each rank embeds its shard, with rank 0's batch-norm statistics, and
@@ -693,6 +740,13 @@ class _Run:
         self.ddp.broadcast_buffers(self.model)
         return self.ddp.embed(lambda x: embed(self.model, x, self.device, features=features, pipeline=self.pipeline),
                               images, features)
+
+    def embed_retrieval(self, images) -> torch.Tensor:
+        """What retrieval ranks with (:attr:`Method.retrieval`): the embeddings, or the L2-normalised backbone
+        features (a classifier's penultimate layer)."""
+        if self.method.retrieval == "features":
+            return torch.nn.functional.normalize(self.embed_all(images, features=True)[1], dim=1)
+        return self.embed_all(images)
 
     def embed_train(self, features: bool = False):
         """The training rows' embeddings, cached per (step, features): two hooks of one step share one pass."""
@@ -709,4 +763,7 @@ class _Run:
             embed_train=self.embed_train,
             knn=lambda q, k, gallery=None: neighbours.knn(q, k, gallery, use_gpu=use_gpu),
             similarity_blocks=neighbours.similarity_blocks, inputs=self.trainer.inputs,
+            embed_train_network=lambda net: self.ddp.embed(
+                lambda x: embed(net, x, self.device, features=True, pipeline=self.pipeline),
+                self.trainer.train_set.images, True),
         )

@@ -54,6 +54,15 @@ class Batch:
     #: The rows :meth:`Method.extra_samples` asked for, in its order, forwarded with this batch in one pass of the
     #: model in training mode (their embeddings carry gradient; batch-norm statistics span both); None: none asked.
     extra: "Batch | None" = None
+    #: ``forward_network(net=None, transform=None)`` -> ``(embeddings, features)`` of this batch's own rows (not
+    #: ``extra``) through another network of the run's architecture (a method's second network,
+    #: :attr:`MethodSetup.build_network`), or with ``net=None`` through the run's model again (one process only: DDP
+    #: reduces one forward per backward). ``transform(inputs, rows)`` changes the network inputs first: ``inputs``
+    #: are this process's rows of the batch, ``rows`` the slice of the global batch they are (all of it on one
+    #: process), e.g. another augmented view, or inputs mixed within the slice (MixMatch). Training mode,
+    #: differentiable, gathered over processes like ``embeddings``; rows in the order of the whole batch (a
+    #: :meth:`subset` keeps the whole batch's). None in hand-made test batches.
+    forward_network: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def subset(self, mask: torch.Tensor) -> "Batch":
         """The batch restricted to ``mask`` (a bool mask or index tensor over its rows); ``extra`` is kept whole."""
@@ -75,6 +84,11 @@ class MethodSetup:
     sample_ids: np.ndarray | None = None  # manifest id of every row
     #: Arrays exported by upstream runs (run chaining: ``inputs``), by name, one value per row.
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    #: ``build_network()`` -> a new network of the run's architecture (backbone + head) with the run's starting
+    #: backbone weights (pretrained, or a fresh random initialisation), on the run's device: for a method that owns
+    #: a second network (Co-teaching's peer). Its parameters are the method's, so they join the optimizer through
+    #: :meth:`Method.param_groups` and the checkpoint with the method's state. None outside a trainer.
+    build_network: Callable[[], nn.Module] | None = None
 
 
 @dataclass
@@ -109,6 +123,9 @@ class EpochContext:
     similarity_blocks: Callable[..., Any]
     #: Arrays exported by upstream runs (run chaining: ``inputs``), by name, one value per row.
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    #: ``embed_train_network(net)`` -> (embeddings, features) of every training row through another network (a
+    #: method's second one), eval mode, no augmentation, on the CPU (not cached).
+    embed_train_network: Callable[[nn.Module], Any] | None = None
 
 
 @dataclass
@@ -153,6 +170,12 @@ class Method(nn.Module):
 
     #: Hyper-parameters this method reads from ``methods.<name>`` in params.yaml.
     schema: ClassVar[dict[str, Field]] = {}
+    #: What retrieval embeds (validation, test, the exported training embeddings): ``"embeddings"``, the head's
+    #: L2-normalised output, or ``"features"``, the backbone's output L2-normalised: the penultimate layer of a
+    #: classifier, as SGPS (Sec. IV-B) retrieves with its classification baselines.
+    retrieval: ClassVar[str] = "embeddings"
+    #: True for a method that picks the reported epoch itself (:meth:`selection_score`).
+    selects_epoch: ClassVar[bool] = False
 
     def __init__(self, setup: MethodSetup):
         super().__init__()
@@ -187,6 +210,13 @@ class Method(nn.Module):
 
     def decisions(self) -> Decisions | None:
         """What this method decided about the training samples this epoch (see :class:`Decisions`)."""
+        return None
+
+    def selection_score(self) -> float | None:
+        """For a method that picks the reported epoch itself, without validation data (LabelWave): this epoch's
+        score, asked after :meth:`on_epoch_end`; the trainer reports the model of the highest-scoring epoch (ties:
+        the earliest) and refuses ``train.model_selection: best_validation`` beside it. None: no score this epoch
+        (the default: the method does not select, and the trainer's ``model_selection`` decides)."""
         return None
 
     def export(self, ctx: EpochContext) -> dict[str, np.ndarray]:

@@ -42,6 +42,8 @@ def collect(runs: list[Run], layout, stats: dict[tuple[str, str], dict]) -> pd.D
             # test-selected: the best monitored test P@1 (what the PRISM authors' code reports); never a headline
             BEST_ON_TEST: max(curve) if curve else float("nan"),
             "map_at_r_exact": result.get("map_at_r_exact", True), "k_used": result.get("k_used"),
+            # the reported epoch (the last, the best on validation classes, or the method's own pick)
+            "selected_epoch": result.get("selected_epoch"),
             **{f"pseudo_label_{k}": v for k, v in result.get("pseudo_labels", {}).items()},
             # the trainer's scores of the method's decisions: per-epoch lists and final values
             **{k: v for k, v in training.items() if k.startswith(("diag_", "final_diag_", "histogram_", "curve_"))},
