@@ -422,12 +422,17 @@ class Trainer:
 
         torch.manual_seed(self.spec.seed)
         pipeline = InputPipeline.from_params(cfg, runtime, self.spec.seed, device)
-        model = build_model(cfg, in_channels=image_channels(self.train_set.images))
-        if self.backbone_state is not None:
-            load_backbone_weights(model.backbone, self.backbone_state, cfg["pretrained"])
-        model = model.to(device)
-        if gpu["channels_last"]:
-            model = model.to(memory_format=torch.channels_last)
+        in_channels = image_channels(self.train_set.images)
+
+        def build_network() -> torch.nn.Module:
+            """A network of this run's architecture and starting weights: the model, and a method's peer."""
+            net = build_model(cfg, in_channels=in_channels)
+            if self.backbone_state is not None:
+                load_backbone_weights(net.backbone, self.backbone_state, cfg["pretrained"])
+            net = net.to(device)
+            return net.to(memory_format=torch.channels_last) if gpu["channels_last"] else net
+
+        model = build_network()
         if ddp.active:
             gpu["distributed"] = ddp.describe()
             gpu["distributed"]["sync_batchnorm"] = bool(runtime["sync_batchnorm"] and device.type == "cuda")
@@ -435,16 +440,6 @@ class Trainer:
                 model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
             elif runtime["sync_batchnorm"] and ddp.is_main:
                 print("runtime.sync_batchnorm: PyTorch's SyncBatchNorm needs CUDA; batch-norm statistics are per rank")
-        in_channels = image_channels(self.train_set.images)
-
-        def build_network() -> torch.nn.Module:
-            """A second network of this run's architecture and starting weights (a method's peer)."""
-            net = build_model(cfg, in_channels=in_channels)
-            if self.backbone_state is not None:
-                load_backbone_weights(net.backbone, self.backbone_state, cfg["pretrained"])
-            net = net.to(device)
-            return net.to(memory_format=torch.channels_last) if gpu["channels_last"] else net
-
         method = build_method(
             self.spec.method,
             MethodSetup(hparams=self.spec.method_hparams, num_classes=int(labels.max()) + 1,
@@ -557,10 +552,8 @@ class Trainer:
                                     device=evaluate["device"])
             row.update({f"val_{k}": v for k, v in val.items()})
             selecting = self.spec.train["model_selection"] == "best_validation"
-            if selecting and (run.best is None or val["precision_at_1"] > run.best["score"]):
-                run.best = {"epoch": epoch + 1, "score": val["precision_at_1"],
-                            "model": copy.deepcopy(run.model.state_dict()),
-                            "method": copy.deepcopy(run.method.state_dict())}
+            if selecting:
+                run.keep_if_best(epoch, val["precision_at_1"])
         test_emb = run.embed_retrieval(self.test_set.images)
         if last:
             run.last_test_embeddings = test_emb
@@ -578,9 +571,7 @@ class Trainer:
         if score is None:
             return
         row["selection_score"] = float(score)
-        if run.best is None or score > run.best["score"]:
-            run.best = {"epoch": epoch + 1, "score": float(score), "model": copy.deepcopy(run.model.state_dict()),
-                        "method": copy.deepcopy(run.method.state_dict())}
+        run.keep_if_best(epoch, float(score))
 
     def _record(self, run: "_Run", row: dict[str, float]) -> None:
         run.history.append(row)
@@ -671,6 +662,12 @@ class _Run:
         self.forward = torch.nn.parallel.DistributedDataParallel(
             _ForwardWithFeatures(self.model), device_ids=device_ids, find_unused_parameters=True)
 
+    def keep_if_best(self, epoch: int, score: float) -> None:
+        """Keep this epoch's model and method state when ``score`` beats the best so far (ties: the earlier)."""
+        if self.best is None or score > self.best["score"]:
+            self.best = {"epoch": epoch + 1, "score": score, "model": copy.deepcopy(self.model.state_dict()),
+                         "method": copy.deepcopy(self.method.state_dict())}
+
     def extra_rows(self, rows: np.ndarray, epoch: int) -> np.ndarray | None:
         """The rows the method asks to forward with the batch ``rows`` (:meth:`Method.extra_samples`), checked."""
         extra = self.method.extra_samples(rows, epoch, self.step)
@@ -734,11 +731,12 @@ class _Run:
                      index=index.to(device), sample_id=self.ids_t[index].to(device), step=self.step, epoch=epoch,
                      extra=extra_batch, forward_network=forward_network)
 
-    def embed_all(self, images, features: bool = False):
-        """One pass over all rows; under DDP each rank embeds its shard, with rank 0's batch-norm statistics, and
-        every rank gets all of them."""
-        self.ddp.broadcast_buffers(self.model)
-        return self.ddp.embed(lambda x: embed(self.model, x, self.device, features=features, pipeline=self.pipeline),
+    def embed_all(self, images, features: bool = False, network: torch.nn.Module | None = None):
+        """One pass over all rows through the model (or another ``network``, a method's peer); under DDP each rank
+        embeds its shard, with rank 0's batch-norm statistics, and every rank gets all of them."""
+        network = network or self.model
+        self.ddp.broadcast_buffers(network)
+        return self.ddp.embed(lambda x: embed(network, x, self.device, features=features, pipeline=self.pipeline),
                               images, features)
 
     def embed_retrieval(self, images) -> torch.Tensor:
@@ -763,7 +761,5 @@ class _Run:
             embed_train=self.embed_train,
             knn=lambda q, k, gallery=None: neighbours.knn(q, k, gallery, use_gpu=use_gpu),
             similarity_blocks=neighbours.similarity_blocks, inputs=self.trainer.inputs,
-            embed_train_network=lambda net: self.ddp.embed(
-                lambda x: embed(net, x, self.device, features=True, pipeline=self.pipeline),
-                self.trainer.train_set.images, True),
+            embed_train_network=lambda net: self.embed_all(self.trainer.train_set.images, True, network=net),
         )

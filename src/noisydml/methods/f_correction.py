@@ -68,10 +68,9 @@ class FCorrection(ClassificationMethod):
         return {"fcorrection_transition_diagonal": float(self.transition.diagonal().mean())}
 
     def loss(self, batch: Batch):
-        logits = self.classifier(batch.features)
         if not bool(self.estimated):
-            return F.cross_entropy(logits, batch.labels), {}
-        return forward_corrected_loss(logits, batch.labels, self.transition), {}
+            return super().loss(batch)  # plain cross-entropy until T is estimated
+        return forward_corrected_loss(self.classifier(batch.features), batch.labels, self.transition), {}
 
 
 SPEC = MethodSpec(

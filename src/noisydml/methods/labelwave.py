@@ -16,9 +16,8 @@ pass; no augmentation), the values of ``window`` and ``patience``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from noisydml.methods.base import Batch, EpochContext, MethodSetup, MethodSpec
+from noisydml.methods.base import EpochContext, MethodSetup, MethodSpec
 from noisydml.methods.parts.classification import CLASSIFIER_FIELDS, ClassificationMethod
 from noisydml.schema import Field
 
@@ -66,9 +65,6 @@ class LabelWave(ClassificationMethod):
         self.register_buffer("previous", torch.full((setup.dataset_size,), -1, dtype=torch.long))
         self.selector = LabelWaveSelector(self.hparams["window"], self.hparams["patience"])
         self.score: float | None = None
-
-    def loss(self, batch: Batch):
-        return F.cross_entropy(self.classifier(batch.features), batch.labels), {}
 
     def on_epoch_end(self, ctx: EpochContext) -> dict[str, float]:
         _, features = ctx.embed_train(features=True)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from noisydml.methods.base import Method, MethodSetup, Trainable
+from noisydml.methods.base import Batch, Method, MethodSetup, Trainable
 from noisydml.schema import Field
 
 CLASSIFIERS = ("linear", "normalized")
@@ -91,6 +91,10 @@ class ClassificationMethod(Method):
 
     def trainable(self, epoch: int) -> Trainable:
         return Trainable(frozen=("head",))
+
+    def loss(self, batch: Batch):
+        """Plain cross-entropy of the given labels (``cross_entropy``, LabelWave, F-correction's first epochs)."""
+        return F.cross_entropy(self.classifier(batch.features), batch.labels), {}
 
     def param_groups(self, base_lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """Classifiers at ``lr_multiplier`` x lr; a peer network's backbone at the base lr, as the model's."""

@@ -83,10 +83,11 @@ class CoDivideMethod(ClassificationMethod):
 
     # ------------------------------------------------------------------ the step
 
-    def unlabelled_weight(self, epoch: int, step_in_epoch: float = 0.0) -> float:
-        """λ_u, linear from 0 after the warm-up to ``lambda_u`` over ``rampup_epochs`` (the authors' linear_rampup)."""
+    def unlabelled_weight(self, epoch: int) -> float:
+        """λ_u, linear from 0 after the warm-up to ``lambda_u`` over ``rampup_epochs`` (the authors' linear_rampup,
+        by whole epochs here)."""
         ramp = self.hparams["rampup_epochs"]
-        done = epoch - self.hparams["warmup_epochs"] + step_in_epoch
+        done = epoch - self.hparams["warmup_epochs"]
         return self.hparams["lambda_u"] * (1.0 if ramp == 0 else float(np.clip(done / ramp, 0.0, 1.0)))
 
     def loss(self, batch: Batch):
@@ -98,9 +99,8 @@ class CoDivideMethod(ClassificationMethod):
 
     def warmup_loss(self, batch: Batch):
         _, peer_features = batch.forward_network(self.peer.network)
-        loss = F.cross_entropy(self.classifier(batch.features), batch.labels) + \
-            F.cross_entropy(self.peer.classifier(peer_features), batch.labels)
-        return loss, {}
+        main, _ = super().loss(batch)
+        return main + F.cross_entropy(self.peer.classifier(peer_features), batch.labels), {}
 
     def view(self, batch: Batch, number: int):
         """The transform of augmented view ``number`` of this batch (the same draw at every call of the step)."""
