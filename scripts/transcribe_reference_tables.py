@@ -41,9 +41,12 @@ SGPS_METHODS = {"FastAP": "fastap", "nSoftmax": "normalized_softmax", "ProxyNCA"
                 "SGPS-MCL": "sgps", "SGPS-MCL (posterior strategy per caption)": "sgps_posterior",
                 "SGPS-SupCon": "sgps_supcon", "Co-teaching": "coteaching", "Co-teaching+": "coteaching_plus",
                 "Co-teaching w/ T": "coteaching_t", "F-correction": "f_correction", "UNICON": "unicon",
-                "DivideMix": "dividemix", "LRA-Diffusion": "lra_diffusion", "LabelWave": "labelwave"}
+                "DivideMix": "dividemix", "LRA-Diffusion": "lra_diffusion", "LabelWave": "labelwave",
+                "Roadmap": "roadmap", "Contextual": "contextual", "SGPS-Roadmap": "sgps_roadmap",
+                "SGPS-Contextual": "sgps_contextual"}
 BSPML_METHODS = {"Contrastive": "contrastive", "Triplet_smooth": "triplet", "Margin": "margin", "FastAP": "fastap",
-                 "MS": "ms_rho1", "Proxy-Anchor": "proxy_anchor", "SNR": "snr", "BSPML": "bspml"}
+                 "MS": "ms_rho1", "Proxy-Anchor": "proxy_anchor", "SNR": "snr", "BSPML": "bspml",
+                 "RDML": "rdml_tuned"}  # RDML: eta selected from {0.5, 1, 2, 3, 4} (tuning.spaces.rdml)
 
 
 def tables_after(text: str, heading: str, count: int = 1) -> list[list[list[str]]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -314,3 +315,22 @@ def test_group_majorities_match_a_crosstab_without_building_one():
         for g in range(32):
             expected = (table.loc[g].idxmax(), table.loc[g].max()) if g in table.index else (-1, 0)
             assert (majority[g], count[g]) == expected  # ties: the lowest class
+
+
+def test_the_study_sets_each_clean_loss_beside_sgps_around_it_per_seed():
+    from noisydml.studies.sgps import clean_loss_pairs
+
+    rows = []
+    for seed in (0, 1):
+        for method, p1 in (("roadmap", 0.50), ("sgps_roadmap", 0.55), ("contextual", 0.40), ("mcl", 0.3)):
+            rows.append({"dataset": "glyphs", "noise": "sym50", "method": method, "seed": seed, "run_kind": "grid",
+                         "precision_at_1": p1 + seed / 100, "mean_average_precision_at_r": p1 / 2,
+                         "final_diag_kept_fraction": 0.5 if method.startswith("sgps") else None})
+    rows.append({"dataset": "glyphs", "noise": "sym50", "method": "sgps_contextual", "seed": 1, "run_kind": "grid",
+                 "precision_at_1": 0.35, "mean_average_precision_at_r": 0.2, "final_diag_kept_fraction": 0.6})
+    pairs = clean_loss_pairs(pd.DataFrame(rows))
+    # roadmap at both seeds; contextual only at the seed its SGPS ran; mcl without sgps: no pair
+    assert [(r["clean loss"], r["seed"]) for r in pairs.to_dict("records")] == [("roadmap", 0), ("roadmap", 1),
+                                                                                 ("contextual", 1)]
+    assert pairs["P@1 diff"].round(6).tolist() == [0.05, 0.05, -0.06]
+    assert pairs["kept"].tolist() == [0.5, 0.5, 0.6]

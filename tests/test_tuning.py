@@ -107,6 +107,23 @@ def test_a_study_resumes_after_a_kill_with_the_same_trials_and_never_reads_the_t
     assert [t["trial"] for t in trials_of(killed)] == [0, 1, 2]
 
 
+def test_the_grid_sampler_tries_every_choice_once_in_order_whatever_the_trial_budget(raw_params, tmp_path, monkeypatch):
+    """BSPML's RDML: "eta selected from {0.5, 1, 2, 3, 4}": each value one trial, the budget the grid's size."""
+    import noisydml.pipeline.tune as tune_module
+
+    raw = tuning_params(raw_params, trials=8)
+    raw["train"]["epochs"] = 1
+    raw["tuning"]["sampler"]["name"] = "grid"
+    raw["tuning"]["spaces"]["mcl"] = {"loss.neg_margin": {"choices": [0.3, 0.5, 0.7]}}
+    params = validate_params(raw)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    layout = prepared(tmp_path, params)
+    tune_module.tune(copy.deepcopy(params), "glyphs", "sym50", "mcl", layout)
+    assert [(t["trial"], t["loss.neg_margin"]) for t in trials_of(layout)] == [(0, 0.3), (1, 0.5), (2, 0.7)]
+    chosen = json.loads((layout.root / "tuning/glyphs/sym50/mcl/chosen.json").read_text())
+    assert chosen["values"]["loss.neg_margin"] in (0.3, 0.5, 0.7)
+
+
 CHAIN = {"dataset": "glyphs", "noise": "sym50", "seeds": "grid", "init": {"model": False, "method": False},
          "labels": {"label": "", "keep": "", "kind": "label_ids"}, "inputs": [], "hparams": {}, "train": {}}
 
@@ -178,6 +195,7 @@ def test_a_chain_study_trains_its_upstream_runs_on_the_tuning_split_once_and_res
     (lambda t: t.update(noises=["sc75"]), "tuning.noises[0]"),
     (lambda t: t.update(trials=0), "tuning.trials"),
     (lambda t: t.update(chains=["sgps_posterior"]), "tuning.chains[0]: 'sgps_posterior' is no chained run of glyphs/sym50"),
+    (lambda t: t["sampler"].update(name="grid"), "tuning.spaces.mcl.train.optimizer.lr: a range under tuning.sampler.name grid"),
 ])
 def test_tuning_section_is_refused_with_the_key_and_value(raw_params, edit, message):
     raw = tuning_params(raw_params)

@@ -28,6 +28,7 @@ trial of the chain's own step on them; the tuned run ``<name>_tuned`` (stage
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any, Mapping
 
 from noisydml.schema import Field, ParamsError, check_choice, check_section, check_unique, mapping_or_empty
@@ -52,7 +53,9 @@ TUNING_SCHEMA = {
     "spaces": Field(dict, help="method -> {key: {low, high, log, paper} | {choices, paper}}"),
 }
 SAMPLER_SCHEMA = {
-    "name": Field(str, choices=("tpe", "random"), help="optuna.samplers.TPESampler or RandomSampler"),
+    "name": Field(str, choices=("tpe", "random", "grid"),
+                  help="optuna.samplers.TPESampler or RandomSampler; grid: every combination of the space's choices, "
+                       "each once, in order (a space of choices only; its size is the budget, not tuning.trials)"),
     "startup_trials": Field(int, min=0, help="TPE: trials drawn at random before the model of good trials is used "
                                             "(counts the enqueued first trials)"),
 }
@@ -177,6 +180,12 @@ def check_tuning(section: Any, p: dict[str, Any]) -> dict[str, Any]:
             raise ParamsError(f"tuning.methods[{i}]: {name!r} has no search space; allowed: a method of "
                               f"tuning.spaces ({', '.join(t['spaces']) or 'none'}), or add tuning.spaces.{name}")
         _check_untuned_inside(t["spaces"][name], untuned_values(p, name, t["spaces"][name]), name, "params.yaml's")
+    if t["sampler"]["name"] == "grid":
+        for name in t["methods"]:
+            for key, entry in t["spaces"][name].items():
+                if "choices" not in entry:
+                    raise ParamsError(f"tuning.spaces.{name}.{key}: a range under tuning.sampler.name grid; allowed: "
+                                      "{choices: [...]} for every key of a tuned method (or sampler tpe / random)")
     for i, name in enumerate(t["chains"]):
         for dataset in t["datasets"]:
             for noise in t["noises"]:
@@ -241,6 +250,11 @@ def first_trials(params: Mapping[str, Any], method: str, space: Mapping[str, dic
     untuned = untuned_values(params, method, space)
     paper = {key: untuned[key] if e["paper"] is None else e["paper"] for key, e in space.items()}
     return [paper] if paper == untuned else [paper, untuned]
+
+
+def grid_trials(space: Mapping[str, dict]) -> list[dict[str, Any]]:
+    """``tuning.sampler.name: grid``: every combination of the choices, the first key varying slowest."""
+    return [dict(zip(space, values)) for values in itertools.product(*(e["choices"] for e in space.values()))]
 
 
 def study_name(dataset: str, noise: str, method: str) -> str:

@@ -322,6 +322,10 @@ def rehearsal_overrides(params: dict, base_url: str, files: dict[str, bytes]) ->
     # SGPS's subgroup generation starts at sgm.start_epoch (ours: 4): from the one epoch's start here, so it runs
     out += [f"methods.{m}.sgm.start_epoch=0" for m in params["grid"]["methods"]
             if isinstance(params["methods"].get(m), dict) and "sgm" in params["methods"][m]]
+    # a tuned method's study holds out 4 of the miniature's 16 classes (the profile's count is for the real data);
+    # the 12 left fill a batch of 8 classes, not the profiles' 16
+    if params["tuning"]["methods"] or params["tuning"]["chains"]:
+        out += [f"tuning.validation_classes={TRAIN_CLASSES // 4}", f"train.batch.classes={TRAIN_CLASSES // 2}"]
     return out + list(RUN_OVERRIDES)
 
 

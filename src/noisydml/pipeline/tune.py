@@ -48,7 +48,8 @@ from noisydml.pipeline.pretrained import load_pretrained
 from noisydml.pipeline.rundata import load_run_data, load_upstream
 from noisydml.schema import ParamsError
 from noisydml.tracking import MlflowTracker, mlflow_experiment, standard_tags
-from noisydml.tuning import CHOSEN_FILE, assign, chain_params, first_trials, lineage, study_folder, study_name
+from noisydml.tuning import (CHOSEN_FILE, assign, chain_params, first_trials, grid_trials, lineage, study_folder,
+                             study_name)
 
 JOURNAL = "journal.log"
 SETTINGS = "settings.json"
@@ -101,11 +102,12 @@ def tune(params: dict, dataset: str, noise: str, name: str, layout: Layout = Lay
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / JOURNAL)))
     label = study_name(dataset, noise, name)
     study = optuna.create_study(study_name=label, storage=storage, direction="maximize", load_if_exists=True)
+    grid = grid_trials(space) if tuning["sampler"]["name"] == "grid" else None
     if not study.trials:
-        for values in first_trials(subject.params, subject.method, space):
-            study.enqueue_trial(values, user_attrs={"source": "first"})
+        for values in grid or first_trials(subject.params, subject.method, space):
+            study.enqueue_trial(values, user_attrs={"source": "grid" if grid else "first"})
     distributions = {key: _distribution(optuna, e) for key, e in space.items()}
-    budget = tuning["trials"]
+    budget = len(grid) if grid else tuning["trials"]
     while True:
         trials = study.get_trials(deepcopy=False)
         killed = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]

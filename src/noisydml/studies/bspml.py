@@ -232,7 +232,9 @@ def report(ctx: ReportContext) -> list[str]:
     md = ["## BSPML's table layouts", "",
           "Table 1 (clean labels; the paper: CUB, Cars, In-shop, SOP) and Table 2 (Recall@1 under per-class "
           "symmetric noise, `symmetric_per_class`; the paper: 10/20/30% on CUB, Cars, In-shop), our rows for the "
-          "methods of the grid. Its MS and BSPML use rho = 1 (`ms_rho1`, `bspml`); `ms` is pml's rho = 0.5.", ""]
+          "methods of the grid. Its MS and BSPML use rho = 1 (`ms_rho1`, `bspml`); `ms` is pml's rho = 0.5. Its "
+          "RDML column is `rdml_tuned` (eta chosen on held-out training classes from {0.5, 1, 2, 3, 4}, "
+          "`tuning.sampler.name: grid`); `rdml` is the untuned eta = 1.", ""]
     md += (table1(summary, params) if "recall_at_1" in summary else []) or \
         ["(Table 1: no clean-label noise setting in the grid)", ""]
     md += (table2(summary) if "recall_at_1" in summary else []) or \

@@ -1,6 +1,10 @@
-"""Baselines from the papers' tables, all built from pytorch-metric-learning (shared by their modules).
+"""Baselines from the papers' tables, built from pytorch-metric-learning (shared by their modules).
 
-Each entry names a pml loss (and miner), its papers' default hyper-parameters
+Three losses of the tables are not in pytorch-metric-learning and are ours, with their papers' equations:
+ROADMAP (:mod:`~noisydml.methods.parts.roadmap`), the contextual loss (:mod:`~noisydml.methods.parts.contextual`)
+and RDML's rescaled hinge (:mod:`~noisydml.methods.parts.rdml`); their pair terms are pml's ContrastiveLoss.
+
+Each entry names a loss (and miner), its papers' default hyper-parameters
 (overridable in ``methods.<name>.loss`` / ``.miner`` of params.yaml) and
 whether it owns proxies (which then train with ``lr_multiplier`` times the
 base learning rate, as Proxy-Anchor and SoftTriple do).
@@ -15,6 +19,9 @@ import torch
 from pytorch_metric_learning import distances, losses, miners, reducers
 
 from noisydml.methods.base import Batch, Method, MethodSetup, MethodSpec
+from noisydml.methods.parts.contextual import ContextualLoss
+from noisydml.methods.parts.rdml import RescaledHingeContrastiveLoss
+from noisydml.methods.parts.roadmap import RANK_APPROXIMATIONS, RoadmapLoss
 from noisydml.schema import Field
 
 
@@ -32,6 +39,8 @@ class PMLBaseline:
     lr_multiplier: float = 1.0
     #: Wrap the loss in a cross-batch memory (XBM) of ``memory_size`` embeddings.
     memory: bool = False
+    #: The loss keys' fields where a type alone does not say what is allowed (choices, bounds); else from defaults.
+    loss_fields: dict[str, Field] = field(default_factory=dict)
 
 
 def cosine() -> dict[str, Any]:
@@ -87,6 +96,48 @@ BASELINES: dict[str, PMLBaseline] = {
         "memory (XBM, Wang et al. 2020; called MCL in PRISM/SGPS)",
         fixed=cosine, memory=True,
     ),
+    "roadmap": PMLBaseline(
+        RoadmapLoss, {"tau": 0.01, "rho": 100.0, "delta": 0.05, "calibration_weight": 0.5, "pos_margin": 0.9,
+                      "neg_margin": 0.6, "rank_approximation": "suprank"},
+        "ROADMAP: SupAP (smooth-rank AP, an upper bound of the AP loss) + calibration loss (Ramzi et al. 2021)",
+        loss_fields={
+            "tau": Field(float, 0.01, min=1e-6, help="sigmoid temperature of H^- (authors' code: 0.01)"),
+            "rho": Field(float, 100.0, min=0.0, help="slope of H^- past delta (authors' code: 100)"),
+            "delta": Field(float, 0.05, min=0.0, help="where H^- turns linear (authors' code: 0.05)"),
+            "calibration_weight": Field(float, 0.5, min=0.0, max=1.0,
+                                        help="lambda: (1 - lambda) (1 - SupAP) + lambda L_calibr (authors' config: 0.5)"),
+            "pos_margin": Field(float, 0.9, help="alpha of the calibration loss (authors' config: 0.9)"),
+            "neg_margin": Field(float, 0.6, help="beta of the calibration loss (authors' config: 0.6)"),
+            "rank_approximation": Field(str, "suprank", choices=RANK_APPROXIMATIONS,
+                                        help="suprank (ROADMAP's H^-) or sigmoid (Smooth-AP's, for comparison)"),
+        },
+    ),
+    "contextual": PMLBaseline(
+        ContextualLoss, {"k": 4, "epsilon": 0.05, "context_weight": 0.4, "reg_weight": 0.1, "reg_similarity": 0.25,
+                         "pos_margin": 0.75, "neg_margin": 0.6, "step_gradient": 10.0},
+        "contextual similarity loss + contrastive + similarity regulariser (Liao et al. 2023)",
+        loss_fields={
+            "k": Field(int, 4, min=1, help="neighbourhood size (authors' code: 4)"),
+            "epsilon": Field(float, 0.05, min=0.0, help="neighbourhood slack on squared distance (authors' code: 0.05)"),
+            "context_weight": Field(float, 0.4, min=0.0, max=1.0, help="lambda (authors' code: 0.4)"),
+            "reg_weight": Field(float, 0.1, min=0.0, max=1.0, help="gamma (authors' code: 0.1)"),
+            "reg_similarity": Field(float, 0.25, help="target mean similarity of L_reg (authors' code: 0.25)"),
+            "pos_margin": Field(float, 0.75, help="contrastive positive margin (authors' code: 0.75)"),
+            "neg_margin": Field(float, 0.6, help="contrastive negative margin (authors' code: 0.6)"),
+            "step_gradient": Field(float, 10.0, min=0.0,
+                                   help="the Heaviside's surrogate gradient (authors' code: 10)"),
+        },
+    ),
+    "rdml": PMLBaseline(
+        RescaledHingeContrastiveLoss, {"eta": 1.0, "pos_margin": 1.0, "neg_margin": 0.0},
+        "RDML: contrastive pair hinges, rescaled (Al-Obaidi et al. 2020; BSPML picks eta in {0.5, 1, 2, 3, 4})",
+        loss_fields={
+            "eta": Field(float, 1.0, min=1e-6, help="the rescaling (BSPML selects it from {0.5, 1, 2, 3, 4}; "
+                                                    "1.0 untuned: ours)"),
+            "pos_margin": Field(float, 1.0, help="ours: BSPML's contrastive margins, so only the rescaling differs"),
+            "neg_margin": Field(float, 0.0, help="ours: BSPML's contrastive margins"),
+        },
+    ),
 }
 
 
@@ -101,6 +152,11 @@ REDUCTION_FIELD = Field(
 
 def schema_from_defaults(defaults: dict[str, Any]) -> dict[str, Field]:
     return {k: Field(type(v), v) for k, v in defaults.items()}
+
+
+def loss_schema(baseline: PMLBaseline) -> dict[str, Field]:
+    """The checked fields of a baseline's ``loss`` mapping: its own where given, else typed from its defaults."""
+    return {**schema_from_defaults(baseline.loss_defaults), **baseline.loss_fields}
 
 
 class PMLMethod(Method):
@@ -165,7 +221,7 @@ def baseline_spec(baseline: PMLBaseline) -> MethodSpec:
         "loss": Field(dict, dict(baseline.loss_defaults)),
         "lr_multiplier": Field(float, baseline.lr_multiplier, min=0.0),
     }
-    nested = {"loss": schema_from_defaults(baseline.loss_defaults)}
+    nested = {"loss": loss_schema(baseline)}
     if baseline.miner_cls is not None:
         schema["miner"] = Field(dict, dict(baseline.miner_defaults))
         nested["miner"] = schema_from_defaults(baseline.miner_defaults)

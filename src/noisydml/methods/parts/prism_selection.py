@@ -271,11 +271,11 @@ def selector_schema(base_name: str) -> dict[str, Field]:
 
 
 def prism_spec(base_name: str, description: str) -> MethodSpec:
-    from noisydml.methods.parts.pml import BASELINES, schema_from_defaults
+    from noisydml.methods.parts.pml import BASELINES, loss_schema
 
     return MethodSpec(
         build=lambda setup: PrismMethod(setup, base_name),
         schema=selector_schema(base_name),
         description=description,
-        nested={"loss": schema_from_defaults(BASELINES[base_name].loss_defaults)},
+        nested={"loss": loss_schema(BASELINES[base_name])},
     )

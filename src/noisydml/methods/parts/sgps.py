@@ -388,7 +388,7 @@ class SgpsMethod(PrismMethod):
 
 
 def sgps_spec(base_name: str, description: str) -> MethodSpec:
-    from noisydml.methods.parts.pml import BASELINES, schema_from_defaults
+    from noisydml.methods.parts.pml import BASELINES, loss_schema
 
     schema = {**selector_schema(base_name), **SGPS_SCHEMA}
 
@@ -403,6 +403,6 @@ def sgps_spec(base_name: str, description: str) -> MethodSpec:
         build=lambda setup: SgpsMethod(setup, base_name),
         schema=schema,
         description=description,
-        nested={"loss": schema_from_defaults(BASELINES[base_name].loss_defaults), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA},
+        nested={"loss": loss_schema(BASELINES[base_name]), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA},
         validate=validate,
     )

@@ -1,0 +1,8 @@
+"""``roadmap``: ROADMAP, SupAP + calibration loss (Ramzi et al., NeurIPS 2021; SGPS Tables I-III).
+
+The loss and its equations: :mod:`noisydml.methods.parts.roadmap`.
+"""
+
+from noisydml.methods.parts.pml import BASELINES, baseline_spec
+
+SPEC = baseline_spec(BASELINES["roadmap"])
