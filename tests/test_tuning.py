@@ -210,6 +210,8 @@ def test_tuning_section_is_refused_with_the_key_and_value(raw_params, edit, mess
     (lambda raw: raw["chains"]["mcl_after"]["hparams"]["loss"].update(neg_margin=0.9),
      "tuning.spaces.mcl.loss.neg_margin: chains.mcl_after's value methods.mcl.loss.neg_margin = 0.9"),
     (lambda raw: raw["tuning"].update(chains=["mcl_after", "mcl_after"]), "tuning.chains"),
+    (lambda raw: raw["tuning"]["sampler"].update(name="grid"),
+     "tuning.spaces.mcl.train.optimizer.lr: a range under tuning.sampler.name grid"),
 ])
 def test_a_tuned_chain_is_refused_with_the_key_and_value(raw_params, edit, message):
     raw = chain_tuning_params(raw_params)

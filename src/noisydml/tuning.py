@@ -180,12 +180,7 @@ def check_tuning(section: Any, p: dict[str, Any]) -> dict[str, Any]:
             raise ParamsError(f"tuning.methods[{i}]: {name!r} has no search space; allowed: a method of "
                               f"tuning.spaces ({', '.join(t['spaces']) or 'none'}), or add tuning.spaces.{name}")
         _check_untuned_inside(t["spaces"][name], untuned_values(p, name, t["spaces"][name]), name, "params.yaml's")
-    if t["sampler"]["name"] == "grid":
-        for name in t["methods"]:
-            for key, entry in t["spaces"][name].items():
-                if "choices" not in entry:
-                    raise ParamsError(f"tuning.spaces.{name}.{key}: a range under tuning.sampler.name grid; allowed: "
-                                      "{choices: [...]} for every key of a tuned method (or sampler tpe / random)")
+    searched = set(t["methods"])  # the spaces a study searches: the tuned methods' and the tuned chains' methods'
     for i, name in enumerate(t["chains"]):
         for dataset in t["datasets"]:
             for noise in t["noises"]:
@@ -196,6 +191,13 @@ def check_tuning(section: Any, p: dict[str, Any]) -> dict[str, Any]:
                                       f"no search space; allowed: add tuning.spaces.{method}")
                 _check_untuned_inside(t["spaces"][method], untuned_values(chain_params(p, chain), method,
                                       t["spaces"][method]), method, f"chains.{key}'s")
+                searched.add(method)
+    if t["sampler"]["name"] == "grid":
+        for name in sorted(searched):
+            for key, entry in t["spaces"][name].items():
+                if "choices" not in entry:
+                    raise ParamsError(f"tuning.spaces.{name}.{key}: a range under tuning.sampler.name grid; allowed: "
+                                      "{choices: [...]} for every key of a space searched (or sampler tpe / random)")
     return t
 
 
