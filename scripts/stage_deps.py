@@ -20,49 +20,33 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
+sys.path.insert(0, str(SRC))
+
+from noisydml.closure import closure as _closure, module_file  # noqa: E402 - the package from this checkout
+from noisydml.schema import SECTION_OWNERS  # noqa: E402
 
 
-def module_file(name: str) -> Path | None:
-    """The file of module ``name`` under src/ (a package's ``__init__.py``), or None."""
-    base = SRC.joinpath(*name.split("."))
-    if (base / "__init__.py").is_file():
-        return base / "__init__.py"
-    if base.with_suffix(".py").is_file():
-        return base.with_suffix(".py")
-    return None
+def stage_sections(script: Path) -> tuple[str, ...] | None:
+    """A stage script's ``SECTIONS`` (the params sections it loads; None: every section), read from its source."""
+    for node in ast.parse(script.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{script}: no SECTIONS (the params sections the stage loads; noisydml.cli)")
 
 
-def _imported_modules(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names if a.name.split(".")[0] == "noisydml")
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
-                node.module.split(".")[0] == "noisydml":
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names if module_file(f"{node.module}.{a.name}"))
-    # importing a.b.c runs a/__init__ and a/b/__init__ first
-    with_parents = set()
-    for name in names:
-        parts = name.split(".")
-        with_parents.update(".".join(parts[: i + 1]) for i in range(len(parts)))
-    return with_parents
+def section_owner_files(sections) -> list[Path]:
+    """The modules that validate ``sections`` and ``runtime`` (imported by name when a stage loads them; their
+    ``needs`` are loaded too, and owned by these same modules or by noisydml.config)."""
+    names = set(SECTION_OWNERS.values()) if sections is None else {SECTION_OWNERS[s] for s in ("runtime", *sections)}
+    return [module_file(name) for name in sorted(names)]
 
 
 def closure(*paths: Path) -> set[Path]:
-    """Every noisydml source file that importing/running ``paths`` executes (``paths`` included)."""
-    seen: set[Path] = set()
-    todo = [Path(p).resolve() for p in paths]
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        for name in _imported_modules(path):
-            file = module_file(name)
-            if file is not None and file.resolve() not in seen:
-                todo.append(file.resolve())
-    return seen
+    """Every noisydml source file that running ``paths`` executes: the import closure, and for a stage script the
+    owners of the params sections it loads (imported by name)."""
+    owners = [f for p in paths if Path(p).resolve().parent == (REPO / "stages").resolve()
+              for f in section_owner_files(stage_sections(Path(p)))]
+    return _closure(*paths, *owners)
 
 
 def relative(paths) -> list[str]:
@@ -71,8 +55,8 @@ def relative(paths) -> list[str]:
 
 #: Stages of dvc.yaml -> the stage script whose closure is their code (train_chain runs stages/train.py).
 SCRIPT_OF = {"train_chain": "train", "train_on_run_noise": "train", "train_embedding_size": "train",
-             "train_bspml_cell": "train", "train_sgps_ablation": "train", "train_tuned": "train",
-             "train_tuned_chain": "train", "tune_chain": "tune", "corrupt_from_run": "corrupt"}
+             "train_bspml_cell": "train", "train_sgps_ablation": "train", "train_tuned": "train_tuned",
+             "train_tuned_chain": "train_tuned", "tune_chain": "tune", "corrupt_from_run": "corrupt"}
 #: A stage's first line in dvc.yaml: ``  <name>:``, maybe with a YAML anchor (``  train: &train_stage``).
 #: A method's own module, e.g. ``src/noisydml/methods/bspml.py``.
 METHOD_MODULE = re.compile(r"^src/noisydml/methods/[A-Za-z_]\w*\.py$")

@@ -2,6 +2,9 @@
 
 from noisydml.cli import run_stage
 
+#: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
+SECTIONS = ("figures", "methods", "grid", "train", "evaluate")
+
 
 def _args(parser):
     parser.add_argument("--name", required=True, help="an entry of figures.bspml_maps")
@@ -15,4 +18,4 @@ def _load():
 
 
 if __name__ == "__main__":
-    run_stage(__doc__, _args, _load)
+    run_stage(__doc__, _args, _load, SECTIONS)

@@ -3,6 +3,9 @@
 
 from noisydml.cli import run_grid_stage
 
+#: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
+SECTIONS = ("evaluate", "chains", "tuned_runs", "figures", "tracking", "methods", "train")
+
 
 def _load():
     # imported here, not at the top: run_stage has pinned runtime.numerics before the numeric libraries load
@@ -12,4 +15,4 @@ def _load():
 
 
 if __name__ == "__main__":
-    run_grid_stage(__doc__, ("dataset",), _load)
+    run_grid_stage(__doc__, ("dataset",), _load, SECTIONS)

@@ -2,6 +2,9 @@
 
 from noisydml.cli import run_grid_stage
 
+#: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
+SECTIONS = ("datasets",)
+
 
 def _load():
     # imported here, not at the top: run_stage has pinned runtime.numerics before the numeric libraries load
@@ -11,4 +14,4 @@ def _load():
 
 
 if __name__ == "__main__":
-    run_grid_stage(__doc__, ("dataset",), _load)
+    run_grid_stage(__doc__, ("dataset",), _load, SECTIONS)

@@ -2,6 +2,9 @@
 
 from noisydml.cli import run_stage
 
+#: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
+SECTIONS = ("pretrain", "train", "weights")
+
 
 def _load():
     # imported here, not at the top: run_stage has pinned runtime.numerics before the numeric libraries load
@@ -11,4 +14,4 @@ def _load():
 
 
 if __name__ == "__main__":
-    run_stage(__doc__, lambda parser: None, _load)
+    run_stage(__doc__, lambda parser: None, _load, SECTIONS)

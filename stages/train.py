@@ -12,6 +12,9 @@ A killed run resumes from its last epoch's checkpoint when started again with th
 
 from noisydml.cli import add_train_arguments, run_stage
 
+#: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
+SECTIONS = ("train", "methods", "evaluate", "datasets", "noise", "weights", "pretrain", "tracking", "chains", "figures")
+
 
 def _load():
     # imported here, not at the top: run_stage has pinned runtime.numerics before the numeric libraries load
@@ -21,4 +24,4 @@ def _load():
 
 
 if __name__ == "__main__":
-    run_stage(__doc__, add_train_arguments, _load)
+    run_stage(__doc__, add_train_arguments, _load, SECTIONS)

@@ -13,6 +13,9 @@ A killed study resumes with the same trials when started again (Optuna's journal
 
 from noisydml.cli import run_stage
 
+#: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
+SECTIONS = ("tuning", "train", "methods", "evaluate", "datasets", "noise", "weights", "pretrain", "tracking", "chains")
+
 
 def _arguments(parser):
     for key in ("dataset", "noise"):
@@ -39,4 +42,4 @@ def _load():
 
 
 if __name__ == "__main__":
-    run_stage(__doc__, _arguments, _load)
+    run_stage(__doc__, _arguments, _load, SECTIONS)

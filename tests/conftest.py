@@ -70,7 +70,8 @@ def dvc_repo(root, raw, targets=(), repro=True):
         shutil.copytree(REPO / name, root / name)
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = stage_env()  # stages run this interpreter, whatever PATH says
+    # stages run this interpreter, whatever PATH says, and the copy's package (an edit there is what they run)
+    env = {**stage_env(), "PYTHONPATH": str(root / "src")}
     run_command(["git", "init", "-q"], root, env)
     run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
     run_command([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], root, env)

@@ -15,16 +15,14 @@ stage_deps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stage_deps)
 
 DVC = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-PARTS = "src/noisydml/methods/parts"
 
 
-def _declared_code(stage: dict, method: str | None = None) -> set[str]:
+def _declared_code(stage: dict) -> set[str]:
     body = stage.get("do", stage)
     files = set()
     for dep in body["deps"]:
         if not dep.startswith(("src/", "stages/")):
             continue
-        dep = dep.replace("${item.method}", method or "")
         path = REPO / dep
         files.update(stage_deps.relative(path.rglob("*.py")) if path.is_dir() else [dep])
     return files
@@ -36,12 +34,15 @@ def _method_names():
     return method_names()
 
 
-@pytest.mark.parametrize("name", ["prepare", "corrupt", "corrupt_from_run", "evaluate", "report"])
+@pytest.mark.parametrize("name", ["download", "prepare", "pretrain", "corrupt", "corrupt_from_run", "method_code",
+                                  "evaluate", "report"])
 def test_stage_declares_exactly_the_code_it_imports(name):
     script = stage_deps.SCRIPT_OF.get(name, name)
     # evaluate and report import every study by name (a folder dep in dvc.yaml)
     studies = stage_deps.study_modules() if stage_deps.STUDIES in DVC[name].get("do", DVC[name])["deps"] else []
     imported = set(stage_deps.relative(stage_deps.closure(REPO / "stages" / f"{script}.py", *studies)))
+    if stage_deps.METHODS in DVC[name].get("do", DVC[name])["deps"]:  # method_code reads every method's file
+        imported |= set(stage_deps.relative((REPO / stage_deps.METHODS).rglob("*.py")))
     declared = _declared_code(DVC[name])
     assert declared - imported == set(), f"{name}: declared in dvc.yaml but never imported"
     assert imported - declared == set(), f"{name}: imported but not declared in dvc.yaml (a change would not re-run it)"
@@ -53,18 +54,86 @@ def test_dvc_yaml_code_deps_are_up_to_date(tmp_path):
     assert not stage_deps.update_dvc_yaml(copy), "run `python scripts/stage_deps.py --update-dvc-yaml`"
 
 
-@pytest.mark.parametrize("stage", ["train", "train_on_run_noise", "train_chain", "timing"])
-@pytest.mark.parametrize("method", _method_names())
-def test_training_stages_declare_their_method_module_and_nothing_of_other_methods(stage, method):
-    script = stage_deps.SCRIPT_OF.get(stage, stage)
-    imported = set(stage_deps.relative(stage_deps.closure(
-        REPO / "stages" / f"{script}.py", REPO / "src" / "noisydml" / "methods" / f"{method}.py")))
-    declared = _declared_code(DVC[stage], method)
-    assert imported - declared == set(), f"{stage}@{method}: imported but not declared in dvc.yaml"
-    extra = {f for f in declared - imported if not f.startswith(PARTS)}
-    assert extra == set(), f"{stage}@{method}: declared but never imported"
-    other_methods = {f"src/noisydml/methods/{m}.py" for m in _method_names() if m != method}
-    assert not declared & other_methods
+#: Every stage of dvc.yaml that trains, and the method it trains (a template of its item, or fixed).
+TRAINING_STAGES = {"train": "${item.method}", "train_on_run_noise": "${item.method}",
+                   "train_embedding_size": "${item.method}", "train_bspml_cell": "bspml", "train_sgps_ablation": "sgps",
+                   "train_chain": "${item.method}", "tune": "${item.method}", "train_tuned": "${item.method}",
+                   "timing": "${item.method}", "tune_chain": None, "train_tuned_chain": None}
+
+
+@pytest.mark.parametrize("stage", sorted(TRAINING_STAGES))
+def test_a_training_stage_depends_on_its_methods_code_file_and_on_no_method_source(stage):
+    """A stage that trains a method depends on that method's code file (code/methods/<method>.json: its module and
+    the parts it imports, digested by the method_code stage), never on methods/ or methods/parts itself; a tuned
+    chain, whose method DVC's templates cannot look up, on its lineage's file (code/chains/..., the chain_code
+    stage's: its chains, their methods' hyper-parameters and code files), and on neither methods nor chains."""
+    body = DVC[stage].get("do", DVC[stage])
+    deps, method = body["deps"], TRAINING_STAGES[stage]
+    lineage = "code/chains/${item.dataset}-${item.noise}-${item.chain}.json"
+    assert (f"code/methods/{method}.json" if method else lineage) in deps
+    if method is None:
+        assert not {"methods", "chains", "tuning.spaces"} & set(body["params"])
+    sources = [d for d in deps if d.startswith("src/noisydml/methods")]
+    assert set(sources) <= {"src/noisydml/methods/__init__.py", "src/noisydml/methods/base.py"}, sources
+
+
+def test_code_methods_holds_each_methods_code_as_the_method_code_stage_writes_it(tmp_path):
+    """The committed code/methods/ is what `dvc repro method_code` writes for this code (else run it), and each
+    method's file names exactly the package files its module imports: its parts, never another method's module."""
+    from noisydml.pipeline.method_code import method_code, write_method_code
+
+    write_method_code(tmp_path / "methods")
+    fresh = {p.name: p.read_text() for p in sorted((tmp_path / "methods").glob("*.json"))}
+    committed = {p.name: p.read_text() for p in sorted((REPO / "code" / "methods").glob("*.json"))}
+    assert committed == fresh, "run `dvc repro method_code` (code/methods/ is not up to date)"
+    for name in _method_names():
+        files = set(method_code(name)["files"])
+        imported = {str(p.relative_to(REPO / "src")) for p in
+                    stage_deps.closure(REPO / "src" / "noisydml" / "methods" / f"{name}.py")}
+        assert files == imported, name
+        others = {f"noisydml/methods/{m}.py" for m in _method_names() if m != name}
+        assert not files & others, name
+
+
+def _sections_declared(stage: dict) -> set[str]:
+    """The top-level params sections a dvc.yaml stage declares (but runtime, which every stage loads)."""
+    return {p.split(".")[0] for p in stage.get("do", stage).get("params", []) if isinstance(p, str)} - {"runtime"}
+
+
+@pytest.mark.parametrize("name", sorted(DVC))
+def test_a_stage_loads_every_params_section_it_declares(name):
+    """A stage script loads (validates and may read) the sections its dvc.yaml stage declares; the tuned runs' view
+    of tuning (tuned_runs) stands for the tuning keys that name runs."""
+    script = REPO / "stages" / f"{stage_deps.SCRIPT_OF.get(name, name)}.py"
+    sections = stage_deps.stage_sections(script)
+    if sections is None:
+        return
+    from noisydml.config import sections_with_needs
+
+    grid_item = "run_grid_stage" in script.read_text()  # a stage of a grid item loads grid to refuse one it lacks
+    loaded = set(sections_with_needs(("runtime", *sections, *(["grid"] if grid_item else []))))
+    if "tuned_runs" in loaded:
+        loaded.add("tuning")
+        body = DVC[name].get("do", DVC[name])
+        assert {p for p in body["params"] if p.startswith("tuning")} <= {f"tuning.{k}" for k in
+                                                                          ("datasets", "noises", "methods", "chains")}
+    assert _sections_declared(DVC[name]) <= loaded
+
+
+@pytest.mark.parametrize("name", sorted(DVC))
+def test_the_runtime_keys_that_change_results_are_declared_where_they_do(name):
+    """Every stage that trains declares the runtime keys that change what it computes (numerics and threads where
+    it computes floats: also corrupt, pretrain, evaluate, BSPML's maps); none declares the others."""
+    from noisydml.runtime import TRACKED_RUNTIME
+
+    declared = {p.split(".", 1)[1] for p in DVC[name].get("do", DVC[name]).get("params", [])
+                if isinstance(p, str) and p.startswith("runtime.")}
+    if name in TRAINING_STAGES:
+        assert declared == set(TRACKED_RUNTIME)
+    elif name in ("pretrain", "corrupt", "corrupt_from_run", "evaluate", "bspml_maps"):
+        assert declared == {"numerics", "threads"}
+    else:
+        assert declared == set()
 
 
 def test_import_layers_and_method_independence_hold():
@@ -98,8 +167,10 @@ def test_every_schema_key_is_written_in_params_yaml():
     def need(section: dict, schema: dict, where: str):
         missing.extend(f"{where}.{k}" for k in schema if k not in (section or {}))
 
+    from noisydml.evaluation import EVALUATE_SCHEMA
+
     for key, schema in (("train", config.TRAIN_SCHEMA), ("runtime", config.RUNTIME_SCHEMA),
-                        ("evaluate", config.EVALUATE_SCHEMA), ("tracking", config.TRACKING_SCHEMA),
+                        ("evaluate", EVALUATE_SCHEMA), ("tracking", config.TRACKING_SCHEMA),
                         ("report", config.REPORT_SCHEMA), ("timing", config.TIMING_SCHEMA),
                         ("grid", config.GRID_SCHEMA)):
         need(raw[key], schema, key)

@@ -243,6 +243,8 @@ def _changed_stages(root, env):
 
 
 def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages(repo):
+    """After the method_code stage has digested the edit (a new method file, or an edit of one), `dvc status` names
+    exactly the stages that train the methods whose code changed."""
     root, env, _ = repo
     methods = root / "src" / "noisydml" / "methods"
     params_path = root / "params.yaml"
@@ -253,7 +255,8 @@ def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages
     params["methods"]["my_new_method"] = params["methods"]["ms"]
     params_path.write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        assert _changed_stages(root, env) == []
+        assert _changed_stages(root, env) == ["method_code"]  # its dependency, methods/, changed
+        assert _changed_after_digest(root, env) == []
     finally:
         (methods / "my_new_method.py").unlink()
         params_path.write_text(saved)
@@ -264,7 +267,7 @@ def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages
     assert _changed_after_editing(methods / "ms.py", root, env) == [
         "train@glyphs-clean-ms-0", "train@glyphs-sc25-ms-0", "train@glyphs-sym50-ms-0", "train_chain@ms_on_prism_kept",
         "train_embedding_size@ms-8-0", "train_on_run_noise@glyphs-scrun-ms-0"]
-    assert _changed_stages(root, env) == []
+    assert _changed_after_digest(root, env) == []
 
 
 def test_a_study_or_the_report_changes_no_grid_run(repo):
@@ -288,12 +291,18 @@ def test_a_study_or_the_report_changes_no_grid_run(repo):
             path.write_text(text)
 
 
+def _changed_after_digest(root, env):
+    """The stages `dvc status` calls changed once the method_code stage has digested the methods' code."""
+    _run([sys.executable, "-m", "dvc", "repro", "--single-item", "method_code"], root, env)
+    return _changed_stages(root, env)
+
+
 def _changed_after_editing(path, root, env):
-    """The stages `dvc status` calls changed while ``path`` carries an edit (then restored)."""
+    """The stages `dvc status` calls changed while ``path`` carries an edit (then restored), once digested."""
     text = path.read_text()
     path.write_text(text + "\n# an edit\n")
     try:
-        return _changed_stages(root, env)
+        return _changed_after_digest(root, env)
     finally:
         path.write_text(text)
 

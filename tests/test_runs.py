@@ -48,7 +48,10 @@ def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
         # a grid or study run: its seed folder; a chained run (tuned or not): the chain's folder holding its seeds
         folder = run.folder if run.chain is None else run.folder.rsplit("/", 1)[0]
         assert outs == [folder] and cmd.split("--run-folder ")[1].split()[0] == folder, (run.stage, cmd, outs)
-    trained_by_dvc = {name for name, (cmd, _) in stages.items() if "stages/train.py" in cmd}
+    trained_by_dvc = {name for name, (cmd, _) in stages.items() if "stages/train.py" in cmd or
+                      "stages/train_tuned.py" in cmd}
+    # a tuned run trains through its own script (the only one that runs the tuning code), the others through train.py
+    assert all(("stages/train_tuned.py" in stages[r.stage][0]) == (r.kind == "tuned") for r in runs)
     assert trained_by_dvc == {r.stage for r in runs}
     # a chain trains at every grid seed unless it names its seeds, in one stage
     chained = [r for r in runs if r.stage == "train_chain@sgps_posterior"]

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from noisydml.engine.judge import GroundTruth, score_decisions
 from noisydml.methods.base import Batch, Decisions, MethodSetup
 from noisydml.methods.parts.sgm import Subgroups, bottom_up, intra_class_subgroups, run_sgm, sgm_sizes, top_down, unit_rows
+from noisydml.methods.parts.pml import MCL
 from noisydml.methods.parts.sgps import (
     SGM_SCHEMA, TRANSPROTO_SCHEMA, SgpsMethod, TransProto, ppm_max, ppm_mean, ppm_softmax, sgps_spec,
 )
@@ -174,11 +175,11 @@ def test_prototypes_match_their_formulas():
 
 
 def _method(n=12, dim=4, **hp):
-    spec = sgps_spec("mcl", "test")
+    spec = sgps_spec(MCL, "test")
     params = {"memory_size": 16, "noise_rate": 0.5, "window": 1, "sgm": {}, "transproto": {}, **hp}
     hparams = spec.check(params, "methods.sgps")
     labels = np.repeat(np.arange(3), n // 3)
-    return SgpsMethod(MethodSetup(hparams, 3, dim, n, labels, seed=0), "mcl"), labels
+    return SgpsMethod(MethodSetup(hparams, 3, dim, n, labels, seed=0), MCL), labels
 
 
 def test_l_noise_matches_a_direct_computation_of_eqs_13_to_16():
@@ -291,7 +292,7 @@ def test_the_judge_scores_groups_and_positives_against_the_truth():
 
 
 def test_params_are_checked_across_keys():
-    spec = sgps_spec("mcl", "test")
+    spec = sgps_spec(MCL, "test")
     with pytest.raises(ParamsError, match="lambda_min"):
         spec.check({"sgm": {"lambda_max": 0.5, "lambda_min": 0.6}}, "methods.sgps")
     with pytest.raises(ParamsError, match="noise_rate"):

@@ -185,10 +185,33 @@ def test_a_checkpoint_of_other_code_is_not_resumed(data, tmp_path, monkeypatch, 
 
     with pytest.raises(KeyboardInterrupt):
         _fit(_spec("ms"), data, tmp_path / "c.pt", stop_after_epoch=1)
-    monkeypatch.setattr(trainer, "code_fingerprint", lambda: "edited")
+    monkeypatch.setattr(trainer, "code_fingerprint", lambda *modules: "edited")
     result = _fit(_spec("ms"), data, tmp_path / "c.pt")
     assert result.resumed_from_epoch is None
     assert "the code changed since" in capsys.readouterr().out
+
+
+def test_a_checkpoint_under_other_tracked_runtime_keys_is_not_resumed(data, tmp_path, capsys):
+    """runtime.deterministic (like numerics, threads, amp, ...) changes what a run computes: a checkpoint made under
+    another value is not resumed, and the message names the key."""
+    with pytest.raises(KeyboardInterrupt):
+        _fit(_spec("ms"), data, tmp_path / "r.pt", stop_after_epoch=1)
+    result = Trainer(_spec("ms"), *data, checkpoint_path=tmp_path / "r.pt",
+                     runtime={**PARAMS["runtime"], "progress": False, "deterministic": True}).fit()
+    assert result.resumed_from_epoch is None
+    assert "runtime.deterministic changed since" in capsys.readouterr().out
+
+
+def test_the_resume_fingerprint_covers_the_runs_own_code_only():
+    """A killed run's code is the stage's pipeline module and its method's module, with what they import: an edit
+    of another method, the tuning code or the report leaves it resumable; its method's parts do not."""
+    from noisydml.closure import module_closure
+
+    files = {str(p).split("src/")[-1] for p in module_closure("noisydml.pipeline.train", "noisydml.methods.sgps")}
+    assert {"noisydml/methods/sgps.py", "noisydml/methods/parts/sgps.py", "noisydml/methods/parts/prism_selection.py",
+            "noisydml/engine/trainer.py", "noisydml/pipeline/train.py"} <= files
+    assert not files & {"noisydml/tuning.py", "noisydml/reporting/figures.py", "noisydml/pipeline/check.py",
+                        "noisydml/methods/ms.py", "noisydml/methods/parts/bspml.py"}
 
 
 COSINE_AFTER_WARMUP = [(1 + np.cos(np.pi * k / 8)) / 2 for k in (0, 1, 4, 7)]  # 8 steps after 4 of warm-up

@@ -3,6 +3,11 @@
 A stage script imports its pipeline code inside the ``load`` function it hands to :func:`run_stage`, never at the
 top: ``load`` runs after :func:`noisydml.numerics.pin` has set the environment the numeric libraries read when
 they load, and returns the stage's work.
+
+A stage script names the params sections it loads (``SECTIONS``): those its dvc.yaml stages declare, and those it
+only names things from (the grid, to refuse an item it does not list; tracking, for MLflow). Only those are
+validated and readable (:func:`noisydml.config.load_params`); tests/test_dependencies.py checks the list against
+dvc.yaml and the stage's code.
 """
 
 from __future__ import annotations
@@ -58,9 +63,9 @@ def _record_timing(name: str, started: float, body_start: float, runtime: dict, 
 
 
 def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], None],
-              load: Callable[[], Callable[[dict, argparse.Namespace], object]]) -> None:
-    """Parse the options, load and validate params, pin ``runtime.numerics``, then ``load()`` (which imports the
-    pipeline code and returns the work) and run the work on ``(params, args)``."""
+              load: Callable[[], Callable[[dict, argparse.Namespace], object]], sections: tuple[str, ...] | None) -> None:
+    """Parse the options, load and validate the params ``sections`` (and ``runtime``; None: every section), pin ``runtime.numerics``,
+    then ``load()`` (which imports the pipeline code and returns the work) and run the work on ``(params, args)``."""
     started = _process_start()
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
@@ -69,7 +74,7 @@ def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], No
     stage = Path(sys.argv[0]).stem
     name = "@".join([stage, "-".join(str(v) for k, v in vars(args).items() if k != "params" and v is not None)])
     try:
-        params = load_params(args.params)
+        params = load_params(args.params, None if sections is None else ("runtime", *sections))
         numerics.pin(params["runtime"])
         work = load()
         # the libraries took the pinned code paths, before any work and again after it (the work may load more)
@@ -87,7 +92,8 @@ def run_stage(description: str, add_args: Callable[[argparse.ArgumentParser], No
         sys.exit(1)
 
 
-def run_grid_stage(description: str, keys: tuple[str, ...], load: Callable[[], Callable]) -> None:
+def run_grid_stage(description: str, keys: tuple[str, ...], load: Callable[[], Callable],
+                   sections: tuple[str, ...]) -> None:
     """A stage for one item of the grid: ``--dataset/--noise/--method/--seed`` (those in ``keys``),
     checked against params.yaml's grid, then ``work(params, dataset=..., ...)`` with ``work = load()``."""
 
@@ -105,7 +111,7 @@ def run_grid_stage(description: str, keys: tuple[str, ...], load: Callable[[], C
 
         return run_item
 
-    run_stage(description, add_args, load_item)
+    run_stage(description, add_args, load_item, ("grid", *sections))
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,14 +1,21 @@
-"""params.yaml: loading and validation.
+"""params.yaml: loading and validation, one top-level section at a time.
 
 params.yaml is the single source of truth of the pipeline. Every stage calls
-:func:`load_params` first, so a mistake (unknown method, a rate outside
-[0, 1], a batch with more classes than the dataset has, ...) stops the first
-stage that runs, before any work, with a message that names the key, the bad
-value and what is allowed.
+:func:`load_params` first with the sections it reads (those dvc.yaml declares
+for it, and the ones it only names things from), so a mistake in them (a rate
+outside [0, 1], a batch with more classes than the dataset has, ...) stops the
+stage before any work, with a message that names the key, the bad value and
+what is allowed; a section the stage does not load is neither validated nor
+readable there, and its code is not the stage's code.
 
-Each registry (dataset kinds, noise kinds, methods) declares the schema of its
-own section as a mapping ``key -> Field``; this module only knows the shape of
-the file around them.
+Each section is validated by the module that owns it
+(:data:`noisydml.schema.SECTION_OWNERS`: this module for most, the tuning and
+evaluation modules for theirs), imported by name only when a stage loads that
+section. Each registry (dataset kinds, noise kinds, methods) declares the
+schema of its own entries, validated where a stage uses one. The rules that
+span the whole file (every method a module of the catalog, no two runs in one
+folder, every study's sections) are :mod:`noisydml.pipeline.check`'s, which
+the launcher and CI run before anything.
 """
 
 from __future__ import annotations
@@ -17,15 +24,11 @@ import copy
 from pathlib import Path
 from typing import Any, Mapping
 
-from noisydml.evaluation import EVALUATE_SCHEMA, metric_names
-from noisydml.methods import method_names
-from noisydml.runs import check_unique_folders, noises_of, runs_of
 from noisydml.runtime import RUNTIME_SCHEMA
 from noisydml.schema import (
-    Field, ParamsError, _check_value, check_choice, check_name, check_section, check_sha256, check_unique,
-    mapping_or_empty,
+    SECTION_OWNERS, Field, ParamsError, SectionCheck, _check_value, check_choice, check_name, check_section,
+    check_sha256, check_unique, mapping_or_empty, section_check,
 )
-from noisydml.tuning import check_tuning
 
 __all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_params"]
 
@@ -203,6 +206,11 @@ REPORT_SCHEMA = {
 }
 
 
+def noises_of(grid: Mapping) -> list[str]:
+    """Every noise setting the grid trains on: ``grid.noises`` then ``grid.run_noises``."""
+    return list(grid["noises"]) + list(grid.get("run_noises", []))
+
+
 def check_model_selection(train: Mapping[str, Any], where: str) -> None:
     """A train section (params.yaml's, or a chained run's with its overrides) that selects on validation holds
     classes out for it: the test set never selects a model."""
@@ -229,7 +237,7 @@ def _check_named_sections(section: Any, key: str, what: str) -> dict[str, dict]:
     return out
 
 
-def _check_timing(section: Any, p: dict[str, Any]) -> dict[str, Any]:
+def _check_timing(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
     """The training-time table (PRISM's Table 4 layout); each entry's hyper-parameters are validated by
     the timing stage, with its method's schema."""
     timing = check_section(section, TIMING_SCHEMA, "timing")
@@ -239,7 +247,7 @@ def _check_timing(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     for name, raw_entry in timing["entries"].items():
         where = f"timing.entries.{check_name(name, 'timing.entries')}"
         entry = check_section(raw_entry, TIMING_ENTRY_SCHEMA, where)
-        check_choice(entry["method"], list(p["methods"]), f"{where}.method", "method")
+        check_choice(entry["method"], list(raw["methods"]), f"{where}.method", "method")
         entries[name] = entry
     check_unique([e["label"] for e in entries.values()], "timing.entries.*.label")
     timing["entries"] = entries
@@ -250,7 +258,7 @@ def _bounds(f: Field) -> dict[str, Any]:
     return {k: getattr(f, k) for k in ("min", "max", "choices") if getattr(f, k, None) is not None}
 
 
-def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
+def _check_chains(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, dict]:
     """Chained runs (``chains.<key>``): each names its upstream run; the DVC stage ``train_chain@<key>`` depends
     on that run's folder, so ``dvc repro`` trains the upstream first and re-trains the chain when it changes."""
     section = mapping_or_empty(section, "chains", "stage key -> chained run")
@@ -272,8 +280,8 @@ def _check_chains(section: Any, p: dict[str, Any]) -> dict[str, dict]:
                 raise ParamsError(f"{where}.{field}: {c[field]!r} is not in grid.{field}s"
                                   f"{' or grid.run_noises' if field == 'noise' else ''} ({values}){hint}")
         c["seeds"] = _chain_seeds(c["seeds"], grid["seeds"], f"{where}.seeds", hint)
-        check_choice(c["method"], list(p["methods"]), f"{where}.method", "method")
-        if c["name"] in p["methods"]:
+        check_choice(c["method"], list(raw["methods"]), f"{where}.method", "method")
+        if c["name"] in raw["methods"]:
             raise ParamsError(f"{where}.name: {c['name']!r} is a method's name; a chained run needs its own name")
         if not (c["init"]["model"] or c["init"]["method"] or c["labels"]["label"] or c["labels"]["keep"]
                 or c["inputs"]):
@@ -342,7 +350,7 @@ def _check_run_noises(grid: dict, noise: dict) -> None:
     # (a name in both lists fails one of the two loops above: it either clusters a run or it does not)
 
 
-def _check_noise_runs(section: Any, p: dict[str, Any]) -> dict[str, dict]:
+def _check_noise_runs(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, dict]:
     """``noise_runs.<dataset>-<noise>``: the grid run whose training embeddings a run-sourced noise clusters."""
     section = mapping_or_empty(section, "noise_runs", "'<dataset>-<noise>' -> {dataset, noise, run}")
     grid = p["grid"]
@@ -377,11 +385,11 @@ def _check_noise_runs(section: Any, p: dict[str, Any]) -> dict[str, dict]:
     return entries
 
 
-def _check_weights(raw: Any) -> dict[str, dict]:
-    if not isinstance(raw, Mapping):
-        raise ParamsError(f"weights: expected a mapping of name -> {{backbone, url, sha256, where}}, got {raw!r}")
+def _check_weights(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, dict]:
+    if not isinstance(section, Mapping):
+        raise ParamsError(f"weights: expected a mapping of name -> {{backbone, url, sha256, where}}, got {section!r}")
     out = {}
-    for name, body in raw.items():
+    for name, body in section.items():
         where = f"weights.{check_name(name, 'weights')}"
         entry = check_section(body, WEIGHTS_SCHEMA, where)
         entry["sha256"] = check_sha256(entry["sha256"], f"{where}.sha256", min_digits=8)
@@ -389,38 +397,17 @@ def _check_weights(raw: Any) -> dict[str, dict]:
     return out
 
 
-def validate_params(raw: Any) -> dict[str, Any]:
-    """Validate the shape of params.yaml and every section no registry owns; return a copy with defaults.
-
-    What a registry owns (a dataset's, a noise setting's or a method's own keys, the backbone name) is
-    validated by the stage that uses it, with that registry: a stage imports (and DVC tracks) only the code
-    it runs. :func:`noisydml.pipeline.check.check_all` validates everything at once
-    (``python -m noisydml.pipeline.check``; the tests run it on params.yaml).
-    """
-    if not isinstance(raw, Mapping):
-        raise ParamsError(f"params: expected a mapping at the top level, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(TOP_LEVEL))
-    if unknown:
-        raise ParamsError(f"params: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL)}")
-    for key in ("grid", "datasets", "noise", "noise_runs", "pretrain", "weights", "methods", "chains", "tuning",
-                "train", "runtime", "evaluate", "tracking", "report", "timing", "figures"):
-        if key not in raw:
-            raise ParamsError(f"params: missing required section {key!r} (no hidden defaults: every section "
-                              "is written out in params.yaml)")
-    p: dict[str, Any] = {}
-    p["datasets"] = _check_named_sections(raw["datasets"], "datasets", "dataset")
-    p["noise"] = _check_named_sections(raw["noise"], "noise", "noise")
-
-    # methods: hyper-parameters per method; each name must be a method module of the catalog
-    raw_methods = raw.get("methods")
-    if not isinstance(raw_methods, Mapping):
+def _check_methods(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, dict]:
+    """``methods``: hyper-parameters per method name. Each entry is validated by its method's schema where a stage
+    trains it (:func:`noisydml.methods.check_method`); that every name is a module of the method catalog is
+    :mod:`noisydml.pipeline.check`'s rule (and a stage refuses an unknown method it is asked to train)."""
+    if not isinstance(section, Mapping):
         raise ParamsError("methods: expected a mapping of method name -> hyper-parameters")
-    known = method_names()
-    for name in raw_methods:
-        check_choice(name, known, "methods", "method")
-    p["methods"] = {name: dict(body or {}) for name, body in raw_methods.items()}
+    return {check_name(name, "methods"): dict(body or {}) for name, body in section.items()}
 
-    train = check_section(raw["train"], TRAIN_SCHEMA, "train")
+
+def _check_train(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    train = check_section(section, TRAIN_SCHEMA, "train")
     train["batch"] = check_section(train["batch"], BATCH_SCHEMA, "train.batch")
     train["optimizer"] = check_section(train["optimizer"], OPTIMIZER_SCHEMA, "train.optimizer")
     if len(train["optimizer"]["betas"]) != 2:
@@ -437,20 +424,10 @@ def validate_params(raw: Any) -> dict[str, Any]:
             f"train.epochs ({train['epochs']})"
         )
     check_model_selection(train, "train")
-    p["train"] = train
-    p["pretrain"] = check_section(raw["pretrain"], PRETRAIN_SCHEMA, "pretrain")
-    available = PRETRAIN_SOURCE_CLASSES[p["pretrain"]["source"]]
-    if p["pretrain"]["classes"] > available:
-        raise ParamsError(f"pretrain.classes: {p['pretrain']['classes']} is above the maximum {available} (the "
-                          f"{p['pretrain']['source']} source set's classes); allowed: 2..{available}")
-    p["weights"] = _check_weights(raw["weights"])
-    if train["pretrained"] in p["weights"] and p["weights"][train["pretrained"]]["backbone"] != train["backbone"]:
+    weights = p["weights"]
+    if train["pretrained"] in weights and weights[train["pretrained"]]["backbone"] != train["backbone"]:
         raise ParamsError(f"train.pretrained: weights {train['pretrained']!r} are for backbone "
-                          f"{p['weights'][train['pretrained']]['backbone']!r}, train.backbone is {train['backbone']!r}")
-    p["runtime"] = check_section(raw["runtime"], RUNTIME_SCHEMA, "runtime")
-    if p["runtime"]["numerics"] == "portable" and p["runtime"]["threads"] == 0:
-        raise ParamsError("runtime.threads: 0 (the host's core count) with runtime.numerics: portable; allowed: a "
-                          "fixed count >= 1 (the thread count changes the bits), or runtime.numerics: native")
+                          f"{weights[train['pretrained']]['backbone']!r}, train.backbone is {train['backbone']!r}")
     ranks, batch = p["runtime"]["processes"], train["batch"]
     rows = batch["classes"] * batch["per_class"]
     if rows % ranks:
@@ -458,56 +435,142 @@ def validate_params(raw: Any) -> dict[str, Any]:
         raise ParamsError(f"runtime.processes: {ranks} ranks cannot split a batch of {rows} rows (train.batch: "
                           f"{batch['classes']} classes x {batch['per_class']}) evenly; allowed: one of {divisors}, "
                           "or a batch whose rows are a multiple of it")
-    p["evaluate"] = check_section(raw["evaluate"], EVALUATE_SCHEMA, "evaluate")
-    for i, k in enumerate(p["evaluate"]["recall_at"]):
-        if k > p["evaluate"]["max_k"]:
-            raise ParamsError(f"evaluate.recall_at[{i}]: Recall@{k} needs {k} neighbours, above evaluate.max_k "
-                              f"({p['evaluate']['max_k']}); allowed: 1..{p['evaluate']['max_k']}")
-    p["tracking"] = check_section(raw["tracking"], TRACKING_SCHEMA, "tracking")
-    p["report"] = check_section(raw["report"], REPORT_SCHEMA, "report")
+    return train
 
-    # grid: every name must exist in its section
-    grid = check_section(raw["grid"], GRID_SCHEMA, "grid")
-    for key, section, what in (
-        ("datasets", p["datasets"], "dataset"),
-        ("noises", p["noise"], "noise setting"),
-        ("methods", p["methods"], "method"),
-    ):
+
+def _check_pretrain(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    pretrain = check_section(section, PRETRAIN_SCHEMA, "pretrain")
+    available = PRETRAIN_SOURCE_CLASSES[pretrain["source"]]
+    if pretrain["classes"] > available:
+        raise ParamsError(f"pretrain.classes: {pretrain['classes']} is above the maximum {available} (the "
+                          f"{pretrain['source']} source set's classes); allowed: 2..{available}")
+    return pretrain
+
+
+def _check_runtime(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    runtime = check_section(section, RUNTIME_SCHEMA, "runtime")
+    if runtime["numerics"] == "portable" and runtime["threads"] == 0:
+        raise ParamsError("runtime.threads: 0 (the host's core count) with runtime.numerics: portable; allowed: a "
+                          "fixed count >= 1 (the thread count changes the bits), or runtime.numerics: native")
+    return runtime
+
+
+def _check_report(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``report``; that its metrics are metrics the evaluate stage computes is checked by the report stage and by
+    :mod:`noisydml.pipeline.check` (it depends on ``evaluate.recall_at``)."""
+    report = check_section(section, REPORT_SCHEMA, "report")
+    for run, label in report["labels"].items():
+        _check_value(label, Field(str), f"report.labels.{run}")
+    for panel, runs in report["panels"].items():
+        _check_value(runs, Field(list, item_type=str), f"report.panels.{panel}")
+    return report
+
+
+def _check_grid(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``grid``: every name must be defined in its section of the file (the sections themselves are validated by
+    the stages that load them)."""
+    grid = check_section(section, GRID_SCHEMA, "grid")
+    for key, defined, what in (("datasets", "datasets", "dataset"), ("noises", "noise", "noise setting"),
+                               ("methods", "methods", "method")):
         if not grid[key]:
             raise ParamsError(f"grid.{key}: must list at least one {what}")
         check_unique(grid[key], f"grid.{key}")
+        names = list(raw[defined]) if isinstance(raw[defined], Mapping) else []
         for i, name in enumerate(grid[key]):
-            check_choice(name, list(section), f"grid.{key}[{i}]", what)
+            check_choice(name, names, f"grid.{key}[{i}]", what)
     if not grid["seeds"]:
         raise ParamsError("grid.seeds: [] trains nothing; allowed: a non-empty list of seeds, e.g. [0] or [0, 1, 2]")
     check_unique(grid["seeds"], "grid.seeds")
-    _check_run_noises(grid, p["noise"])
-    p["grid"] = grid
-    p["noise_runs"] = _check_noise_runs(raw["noise_runs"], p)
-    p["chains"] = _check_chains(raw["chains"], p)
-    p["tuning"] = check_tuning(raw["tuning"], p)
-    p["timing"] = _check_timing(raw["timing"], p)
-    # figures.<key>: sections the studies own (noisydml.studies), validated by each study where it is used and all
-    # at once by noisydml.pipeline.check: editing a study's check re-runs that study's stages, not the grid
-    p["figures"] = {key: copy.deepcopy(body) for key, body in
-                    mapping_or_empty(raw["figures"], "figures", "study sections (noisydml.studies)").items()}
+    _check_run_noises(grid, raw["noise"])
+    return grid
 
-    # method_sets: named lists (params.yaml uses YAML anchors so grid.methods can point at one)
-    p["method_sets"] = {}
-    for set_name, names in (raw.get("method_sets") or {}).items():
+
+def _check_figures(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``figures.<key>``: sections the studies own (noisydml.studies), validated by each study where it is used and
+    all at once by noisydml.pipeline.check: editing a study's check re-runs that study's stages, not the grid."""
+    return {key: copy.deepcopy(body) for key, body in
+            mapping_or_empty(section, "figures", "study sections (noisydml.studies)").items()}
+
+
+def _check_method_sets(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, list]:
+    """``method_sets``: named lists of methods (params.yaml uses YAML anchors so grid.methods can point at one)."""
+    out = {}
+    for set_name, names in (section or {}).items():
         where = f"method_sets.{set_name}"
         _check_value(names, Field(list, item_type=str), where)
         for i, m in enumerate(names):
-            check_choice(m, list(p["methods"]), f"{where}[{i}]", "method")
-        p["method_sets"][set_name] = list(names)
+            check_choice(m, list(raw["methods"]), f"{where}[{i}]", "method")
+        out[set_name] = list(names)
+    return out
 
-    for i, m in enumerate(p["report"]["metrics"]):
-        check_choice(m, metric_names(p["evaluate"]["recall_at"]), f"report.metrics[{i}]", "metric")
-    for run, label in p["report"]["labels"].items():
-        _check_value(label, Field(str), f"report.labels.{run}")
-    for panel, runs in p["report"]["panels"].items():
-        _check_value(runs, Field(list, item_type=str), f"report.panels.{panel}")
-    check_unique_folders(runs_of(p))
+
+#: The sections this module validates (:data:`noisydml.schema.SECTION_OWNERS`).
+SECTION_CHECKS: dict[str, SectionCheck] = {
+    "datasets": SectionCheck(lambda s, p, raw: _check_named_sections(s, "datasets", "dataset")),
+    "noise": SectionCheck(lambda s, p, raw: _check_named_sections(s, "noise", "noise")),
+    "methods": SectionCheck(_check_methods),
+    "weights": SectionCheck(_check_weights),
+    "runtime": SectionCheck(_check_runtime),
+    "train": SectionCheck(_check_train, needs=("weights", "runtime")),
+    "pretrain": SectionCheck(_check_pretrain),
+    "tracking": SectionCheck(lambda s, p, raw: check_section(s, TRACKING_SCHEMA, "tracking")),
+    "report": SectionCheck(_check_report),
+    "grid": SectionCheck(_check_grid),
+    "noise_runs": SectionCheck(_check_noise_runs, needs=("grid", "noise")),
+    "chains": SectionCheck(_check_chains, needs=("grid", "train")),
+    "timing": SectionCheck(_check_timing, needs=("grid",)),
+    "figures": SectionCheck(_check_figures),
+    "method_sets": SectionCheck(_check_method_sets),
+}
+
+
+def sections_with_needs(sections) -> list[str]:
+    """``sections`` and every section they need, in an order where each comes after what it needs."""
+    ordered: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in ordered:
+            return
+        if name in path:
+            raise RuntimeError(f"params sections need each other in a cycle: {' -> '.join((*path, name))}")
+        for need in section_check(name).needs:
+            visit(need, (*path, name))
+        ordered.append(name)
+
+    for name in sections:
+        if name not in SECTION_OWNERS:
+            raise ParamsError(f"params: unknown section {name!r}; allowed: {', '.join(TOP_LEVEL)}")
+        visit(name, ())
+    return ordered
+
+
+def validate_params(raw: Any, sections=None) -> dict[str, Any]:
+    """Validate the shape of params.yaml and ``sections`` (top-level names; None: every section), with the
+    sections they need; return those sections only, validated, with defaults filled in.
+
+    A stage validates, and can read, only the sections it loads: what a registry owns inside them (a dataset's,
+    a noise setting's or a method's own keys, the backbone name) is validated by the stage that uses it, with that
+    registry, so a stage imports (and DVC tracks) only the code it runs. :func:`noisydml.pipeline.check.check_all`
+    validates everything at once, with the rules that span sections (``python -m noisydml.pipeline.check``; the
+    launcher, CI and the tests run it).
+    """
+    if not isinstance(raw, Mapping):
+        raise ParamsError(f"params: expected a mapping at the top level, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(TOP_LEVEL))
+    if unknown:
+        raise ParamsError(f"params: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL)}")
+    for key in TOP_LEVEL:
+        if key not in raw and key != "method_sets":  # named lists, for YAML anchors: may be left out
+            raise ParamsError(f"params: missing required section {key!r} (no hidden defaults: every section "
+                              "is written out in params.yaml)")
+    p: dict[str, Any] = {}
+    wanted = sections_with_needs(TOP_LEVEL if sections is None else sections)
+    for name in wanted:
+        check = section_check(name)
+        key = check.source or name
+        if check.source and check.source in wanted:
+            continue  # the whole section is loaded too
+        p[key] = check.check(raw.get(key), p, raw)
     return p
 
 
@@ -531,11 +594,12 @@ def read_params_file(path: str | Path) -> Any:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
 
 
-def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """Read (:func:`read_params_file`) and validate (:func:`validate_params`) params.yaml."""
+def load_params(path: str | Path = "params.yaml", sections=None) -> dict[str, Any]:
+    """Read (:func:`read_params_file`) and validate (:func:`validate_params`) ``sections`` of params.yaml (None:
+    every section)."""
     raw = read_params_file(path)
     try:
-        return validate_params(raw)
+        return validate_params(raw, sections)
     except ParamsError as e:
         raise ParamsError(f"{path}: {e}") from None
 

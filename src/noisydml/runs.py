@@ -6,6 +6,9 @@ as the stage's output: DVC's templates cannot call Python, so tests/test_runs.py
 stage that trains it, and the overrides it trains with. The train stage, the evaluate stage and the report take
 runs from here; nothing decodes a folder name back into settings.
 
+Tuned runs are named here too (``<method>_tuned``, from ``tuning/<dataset>/<noise>/<method>/chosen.json``); the
+search that chooses their values is :mod:`noisydml.tuning`'s.
+
 Kinds of run here: the grid (datasets x noises x methods x seeds), chained runs (``chains``: trained from
 another run, at every seed of the grid unless the chain names its seeds) and tuned runs (``tuning``: a method with
 the values its tune stage chose, :mod:`noisydml.tuning`, at every seed of the grid; a tuned chain at its seeds). A study (:mod:`noisydml.studies`) returns its own runs as the same values (e.g. ``embedding_size``
@@ -19,10 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Mapping
 
-from noisydml.schema import ParamsError
-from noisydml.tuning import (
-    CHOSEN_FILE, TUNED_SUFFIX, chain_studies_of, find_chain, studies_of, study_folder, with_overrides,
-)
+from noisydml.config import noises_of
+from noisydml.schema import Field, ParamsError, SectionCheck, check_choice, check_section, check_unique
+
+#: A tuned run's name: its method's, with this suffix (its folder runs/<dataset>/<noise>/<method>_tuned/seed<k>).
+TUNED_SUFFIX = "_tuned"
+#: The tune stage's output folder, per study: ``tuning/<dataset>/<noise>/<method>/``.
+TUNING_ROOT = "tuning"
+#: The file of that folder the tuned runs read (and depend on): ``{"values": {key: value}}``.
+CHOSEN_FILE = "chosen.json"
+#: The keys of params.yaml's ``tuning`` that name the tuned runs (the rest, the search, is :mod:`noisydml.tuning`'s).
+TUNED_RUNS_SCHEMA = {
+    "datasets": Field(list, item_type=str, help="datasets tuned on (of grid.datasets)"),
+    "noises": Field(list, item_type=str, help="noise settings tuned on (of grid.noises)"),
+    "methods": Field(list, item_type=str, help="methods tuned (each needs tuning.spaces.<method>); [] = no tuning"),
+    "chains": Field(list, item_type=str, help="chained runs tuned, by name (chains.<key>.name, at every dataset x noise "
+                                              "tuned; the space is its method's); [] = none"),
+}
 
 
 @dataclass(frozen=True)
@@ -70,20 +86,20 @@ def run_name(dataset: str, noise: str, name: str, seed: int) -> str:
     return f"{dataset}-{noise}-{name}-{seed}"
 
 
-def noises_of(grid: Mapping) -> list[str]:
-    """Every noise setting the grid trains on: ``grid.noises`` then ``grid.run_noises``."""
-    return list(grid["noises"]) + list(grid.get("run_noises", []))
-
-
 def runs_of(params: Mapping[str, Any]) -> list[Run]:
-    """The grid's runs, the chained runs and the tuned runs (methods and chains) of (validated) params; the studies
-    add their own runs
+    """The grid's runs, the chained runs and, where params hold the ``tuning`` section (a stage that loads it), the
+    tuned runs (methods and chains) of (validated) params; the studies add their own runs
     (:func:`noisydml.studies.all_runs`)."""
     grid = params["grid"]
     runs = [Run("grid", f"{'train' if n in grid['noises'] else 'train_on_run_noise'}@{run_name(d, n, m, s)}",
                 d, n, m, s, m)
             for d, n, m, s in itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
-    return runs + chain_runs(params) + tuned_runs(params) + tuned_chain_runs(params)
+    return runs + chain_runs(params) + tuned_runs_of(params)
+
+
+def tuned_runs_of(params: Mapping[str, Any]) -> list[Run]:
+    """The tuned runs: of the methods tuned, then of the chains tuned (none where params hold no ``tuning``)."""
+    return tuned_runs(params) + tuned_chain_runs(params)
 
 
 def tuned_runs(params: Mapping[str, Any]) -> list[Run]:
@@ -119,6 +135,98 @@ def chain_runs(params: Mapping[str, Any]) -> list[Run]:
     return [Run("chain", f"train_chain@{key}", c["dataset"], c["noise"], c["name"], seed, c["method"],
                 hparams=c["hparams"], train=c["train"], chain={**c, "key": key, "seed": seed})
             for key, c in params["chains"].items() for seed in c["seeds"]]
+
+
+def with_overrides(params: Mapping[str, Any], method: str, hparams: Mapping[str, Any],
+                   train: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as one run trains with them: ``hparams`` over ``methods.<method>`` (a nested section is merged
+    key by key) and ``train`` over ``train`` (a run's own overrides: a chain's, a study's point)."""
+    section = dict(params["methods"][method])
+    for key, value in hparams.items():
+        nested = isinstance(value, Mapping) and isinstance(section.get(key), Mapping)
+        section[key] = {**section[key], **value} if nested else value
+    return {**params, "train": {**params["train"], **train}, "methods": {**params["methods"], method: section}}
+
+
+def chain_params(params: Mapping[str, Any], chain: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as a chained run (an entry of ``chains``) trains with them."""
+    return with_overrides(params, chain["method"], chain["hparams"], chain["train"])
+
+
+def find_chain(chains: Mapping[str, dict], dataset: str, noise: str, name: str, where: str) -> tuple[str, dict]:
+    """The entry of (validated) ``chains`` named ``name`` at ``dataset``/``noise``: ``(key, entry)``."""
+    for key, chain in chains.items():
+        if (chain["dataset"], chain["noise"], chain["name"]) == (dataset, noise, name):
+            return key, chain
+    there = sorted({c["name"] for c in chains.values() if (c["dataset"], c["noise"]) == (dataset, noise)})
+    raise ParamsError(f"{where}: {name!r} is no chained run of {dataset}/{noise} (chains there: "
+                      f"{', '.join(there) or 'none'}); a tuned chain needs an entry of chains with that name at every "
+                      "dataset and noise of tuning.datasets x tuning.noises")
+
+def lineage(chains: Mapping[str, dict], dataset: str, noise: str, name: str) -> tuple[str, list[tuple[str, dict]]]:
+    """What a chained run is trained after: ``(the grid method it starts from, [(key, entry), ...])``, the chains
+    from the first after that method to ``name``'s own entry (last)."""
+    steps: list[tuple[str, dict]] = []
+    names = {c["name"] for c in chains.values() if (c["dataset"], c["noise"]) == (dataset, noise)}
+    current = name
+    while current in names:
+        key, chain = find_chain(chains, dataset, noise, current, f"chains ({name!r}'s upstreams)")
+        steps.insert(0, (key, chain))
+        current = chain["upstream"]
+    return current, steps
+
+
+
+
+
+def study_name(dataset: str, noise: str, method: str) -> str:
+    """``<dataset>-<noise>-<method>``: the tune stage's matrix key (``tune@<study_name>``)."""
+    return f"{dataset}-{noise}-{method}"
+
+
+def study_folder(dataset: str, noise: str, method: str) -> str:
+    """The tune stage's output, relative to the repository root."""
+    return f"{TUNING_ROOT}/{dataset}/{noise}/{method}"
+
+
+def studies_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Every (dataset, noise, method) tuning study, in the tune stage's matrix order."""
+    t = params["tuning"]
+    return [(d, n, m) for d in t["datasets"] for n in t["noises"] for m in t["methods"]]
+
+
+def chain_studies_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Every (dataset, noise, chain name) tuning study, in the tune_chain stage's matrix order."""
+    t = params["tuning"]
+    return [(d, n, c) for d in t["datasets"] for n in t["noises"] for c in t["chains"]]
+
+
+def check_tuned_runs(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, list]:
+    """The keys of ``tuning`` that name the tuned runs (:data:`TUNED_RUNS_SCHEMA`), as naming them needs: where to
+    tune (checked only when something is tuned: a grid without sc50 keeps tuning.noises as written), what, and a
+    chain of each tuned name at every dataset x noise tuned. The stages that only list the tuned runs (evaluate,
+    report) load this view of the section (``tuned_runs``); the whole section is :mod:`noisydml.tuning`'s."""
+    t = check_section({k: v for k, v in (section or {}).items() if k in TUNED_RUNS_SCHEMA}, TUNED_RUNS_SCHEMA, "tuning")
+    tuned = t["methods"] or t["chains"]
+    for key, allowed, what in (("datasets", p["grid"]["datasets"], "dataset of grid.datasets"),
+                               ("noises", p["grid"]["noises"], "noise setting of grid.noises (its labels are made)"),
+                               ("methods", list(raw["methods"]), "method of methods")):
+        check_unique(t[key], f"tuning.{key}")
+        for i, name in enumerate(t[key] if tuned else []):
+            check_choice(name, allowed, f"tuning.{key}[{i}]", what)
+    check_unique(t["chains"], "tuning.chains")
+    if tuned and not (t["datasets"] and t["noises"]):
+        raise ParamsError("tuning: methods or chains are listed but tuning.datasets or tuning.noises is []; allowed: "
+                          "at least one dataset and one noise setting to tune on")
+    for i, name in enumerate(t["chains"]):
+        for dataset in t["datasets"]:
+            for noise in t["noises"]:
+                find_chain(p["chains"], dataset, noise, name, f"tuning.chains[{i}]")
+    return t
+
+
+#: The view of ``tuning`` this module validates (:data:`noisydml.schema.SECTION_OWNERS`).
+SECTION_CHECKS = {"tuned_runs": SectionCheck(check_tuned_runs, needs=("grid", "chains"), source="tuning")}
 
 
 def check_unique_folders(runs: list[Run]) -> None:

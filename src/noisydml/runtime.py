@@ -1,7 +1,9 @@
-"""The ``runtime`` section of params.yaml: how a run executes, not what it computes.
+"""The ``runtime`` section of params.yaml: how a run executes.
 
-Outside every stage's DVC params and the run fingerprint, so changing it re-runs nothing and keeps killed runs
-resumable. Its own module (no torch, nothing of the package but the schema machinery) so the engine reads its
+Some of its keys change what a run computes (:data:`TRACKED_RUNTIME`): every stage that trains declares them as
+DVC params, and a killed run resumes only under the same values. The others (progress bars, worker processes,
+where to run, cuDNN's autotuner) change how fast it runs, not its results: untracked, so changing them re-runs
+nothing. Its own module (no torch, nothing of the package but the schema machinery) so the engine reads its
 defaults from the schema itself, as the params loader does.
 """
 
@@ -40,6 +42,21 @@ RUNTIME_SCHEMA = {
     "sync_batchnorm": Field(bool, True, help="ours: with processes > 1 on CUDA, batch-norm statistics over the "
                                              "global batch (SyncBatchNorm; CUDA only, per rank on the CPU)"),
 }
+
+
+#: The runtime keys that change what a training run computes, tracked (dvc.yaml declares them for every stage that
+#: trains; the resume fingerprint includes them). numerics and threads pick the numeric libraries' code paths and
+#: how sums are split (both change the bits, on the CPU too); amp, channels_last, deterministic: other kernels on
+#: CUDA; processes and sync_batchnorm: how the batch is split and its statistics (README "Reproducibility").
+#: Untracked: device (auto records where a run ran in run.json), progress, prepare_workers, loader_workers (results
+#: do not depend on them), cudnn_benchmark (off under deterministic; without it GPU results are not bit-exact
+#: anyway).
+TRACKED_RUNTIME = ("numerics", "threads", "amp", "channels_last", "deterministic", "processes", "sync_batchnorm")
+
+
+def tracked_runtime(runtime: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`TRACKED_RUNTIME` values of a (validated) ``runtime`` section."""
+    return {key: runtime[key] for key in TRACKED_RUNTIME}
 
 
 def runtime_settings(runtime: dict[str, Any] | None = None) -> dict[str, Any]:

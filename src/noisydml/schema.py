@@ -13,9 +13,10 @@ every message names the key, the value and what is allowed.
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Mapping, Sequence, Union
+from typing import Annotated, Any, Callable, Literal, Mapping, Sequence, Union
 
 import annotated_types
 import pydantic
@@ -222,3 +223,41 @@ def mapping_or_empty(section: Any, key: str, what: str) -> Mapping:
     if not isinstance(section, Mapping):
         raise ParamsError(f"{key}: expected a mapping of {what}")
     return section
+
+
+# --------------------------------------------------------------------------
+# Which module validates each top-level section of params.yaml
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SectionCheck:
+    """How one top-level section of params.yaml is validated: ``check(section, validated, raw)`` returns the
+    section with its defaults filled in (``validated``: the sections of ``needs``, already validated; ``raw``: the
+    whole file as written, for the names another section defines)."""
+
+    check: Callable[[Any, dict[str, Any], Mapping[str, Any]], Any]
+    #: Sections validated first (their values are read by ``check``); a stage that loads this one loads them too.
+    needs: tuple[str, ...] = ()
+    #: A view of another section: the top-level key it reads and is stored under (e.g. ``tuned_runs``: the keys of
+    #: ``tuning`` that name runs, without the search that validating all of ``tuning`` imports); None: its own.
+    source: str | None = None
+
+
+#: The module whose ``SECTION_CHECKS[<section>]`` validates each top-level section, imported by name only when a
+#: stage loads that section (:func:`noisydml.config.load_params`): a stage's code is what its own sections need,
+#: and the config core imports none of the modules below it that own a section (tuning, evaluation).
+SECTION_OWNERS: dict[str, str] = {
+    **{name: "noisydml.config" for name in (
+        "method_sets", "grid", "datasets", "noise", "noise_runs", "pretrain", "weights", "train", "runtime",
+        "methods", "chains", "tracking", "report", "timing", "figures")},
+    "evaluate": "noisydml.evaluation",
+    "tuning": "noisydml.tuning",
+    "tuned_runs": "noisydml.runs",  # a view of tuning: the keys that name the tuned runs
+}
+
+
+def section_check(name: str) -> SectionCheck:
+    """The :class:`SectionCheck` of top-level section ``name`` (imports its owner module)."""
+    if name not in SECTION_OWNERS:
+        raise ParamsError(f"params: unknown section {name!r}; allowed: {', '.join(SECTION_OWNERS)}")
+    return importlib.import_module(SECTION_OWNERS[name]).SECTION_CHECKS[name]

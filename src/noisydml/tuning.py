@@ -1,5 +1,7 @@
-"""Tuning with the same budget for every method: params.yaml's ``tuning`` section, its search spaces and the runs it
-adds. Light (no torch, no Optuna): the config core validates the section, :mod:`noisydml.runs` adds the tuned runs.
+"""Tuning with the same budget for every method: params.yaml's ``tuning`` section and its search spaces. Light (no
+torch, no Optuna): this module validates the section (:data:`SECTION_CHECKS`, loaded only by the stages that search
+or train with what a search chose); :mod:`noisydml.runs` names the tuned runs it adds (and validates the keys that
+name them for the stages that only list them, evaluate and report).
 
 The protocol (Musgrave et al., "A Metric Learning Reality Check", ECCV 2020: every method gets the same budget on
 validation data, never the test set):
@@ -20,7 +22,7 @@ validation data, never the test set):
 A chained run (``chains``) is tuned by name: ``tuning.chains`` lists chain names, each studied at every (dataset,
 noise) of ``tuning.datasets x tuning.noises`` (stage ``tune_chain@<dataset>-<noise>-<name>``), where ``chains`` must
 have one entry of that name. Its space is its method's (``tuning.spaces.<method>``); a study first trains the
-chain's upstream runs (its :func:`lineage`, untuned) on the same split of the training classes, then scores each
+chain's upstream runs (its :func:`noisydml.runs.lineage`, untuned) on the same split of the training classes, then scores each
 trial of the chain's own step on them; the tuned run ``<name>_tuned`` (stage
 ``train_tuned_chain@<dataset>-<noise>-<name>``) is the chain trained from the grid's upstream with the chosen values.
 """
@@ -31,21 +33,13 @@ import copy
 import itertools
 from typing import Any, Mapping
 
-from noisydml.schema import Field, ParamsError, check_choice, check_section, check_unique, mapping_or_empty
-
-#: A tuned run's name: its method's, with this suffix (its folder runs/<dataset>/<noise>/<method>_tuned/seed<k>).
-TUNED_SUFFIX = "_tuned"
-#: The tune stage's output folder, per study: ``tuning/<dataset>/<noise>/<method>/``.
-TUNING_ROOT = "tuning"
-#: The file of that folder the tuned runs read (and depend on): ``{"values": {key: value}}``.
-CHOSEN_FILE = "chosen.json"
+from noisydml.runs import TUNED_RUNS_SCHEMA, chain_params, check_tuned_runs, find_chain
+from noisydml.schema import (
+    Field, ParamsError, SectionCheck, check_choice, check_section, mapping_or_empty,
+)
 
 TUNING_SCHEMA = {
-    "datasets": Field(list, item_type=str, help="datasets tuned on (of grid.datasets)"),
-    "noises": Field(list, item_type=str, help="noise settings tuned on (of grid.noises)"),
-    "methods": Field(list, item_type=str, help="methods tuned (each needs tuning.spaces.<method>); [] = no tuning"),
-    "chains": Field(list, item_type=str, help="chained runs tuned, by name (chains.<key>.name, at every dataset x noise "
-                                              "tuned; the space is its method's); [] = none"),
+    **TUNED_RUNS_SCHEMA,
     "trials": Field(int, min=1, help="trials per study: the same budget for every method"),
     "validation_classes": Field(int, min=2, help="training classes held out (by noisy label) to score a trial"),
     "seed": Field(int, min=0, help="the seed of every trial's training and of the sampler"),
@@ -155,26 +149,14 @@ def _check_untuned_inside(space: Mapping[str, dict], untuned: Mapping[str, Any],
                               f"{_allowed(entry)}")
 
 
-def check_tuning(section: Any, p: dict[str, Any]) -> dict[str, Any]:
+def check_tuning(section: Any, p: dict[str, Any], raw: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """params.yaml's ``tuning`` (``p``: params validated so far, ``grid``, ``methods`` and ``chains`` included)."""
-    t = check_section(section, TUNING_SCHEMA, "tuning")
+    t = {**check_section(section, TUNING_SCHEMA, "tuning"), **check_tuned_runs(section, p, raw or p)}
     t["sampler"] = check_section(t["sampler"], SAMPLER_SCHEMA, "tuning.sampler")
-    tuned = t["methods"] or t["chains"]
-    # where to tune is checked only when something is tuned: a grid without sc50 keeps tuning.noises as written
-    for key, allowed, what in (("datasets", p["grid"]["datasets"], "dataset of grid.datasets"),
-                               ("noises", p["grid"]["noises"], "noise setting of grid.noises (its labels are made)"),
-                               ("methods", list(p["methods"]), "method of methods")):
-        check_unique(t[key], f"tuning.{key}")
-        for i, name in enumerate(t[key] if tuned else []):
-            check_choice(name, allowed, f"tuning.{key}[{i}]", what)
-    check_unique(t["chains"], "tuning.chains")
     spaces = mapping_or_empty(t["spaces"], "tuning.spaces", "method -> search space")
     for name in spaces:
         check_choice(name, list(p["methods"]), "tuning.spaces", "method of methods")
     t["spaces"] = {name: _check_space(name, body, p) for name, body in spaces.items()}
-    if tuned and not (t["datasets"] and t["noises"]):
-        raise ParamsError("tuning: methods or chains are listed but tuning.datasets or tuning.noises is []; allowed: "
-                          "at least one dataset and one noise setting to tune on")
     for i, name in enumerate(t["methods"]):
         if name not in t["spaces"]:
             raise ParamsError(f"tuning.methods[{i}]: {name!r} has no search space; allowed: a method of "
@@ -184,7 +166,7 @@ def check_tuning(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     for i, name in enumerate(t["chains"]):
         for dataset in t["datasets"]:
             for noise in t["noises"]:
-                key, chain = find_chain(p["chains"], dataset, noise, name, f"tuning.chains[{i}]")
+                key, chain = find_chain(p["chains"], dataset, noise, name, f"tuning.chains[{i}]")  # checked: present
                 method = chain["method"]
                 if method not in t["spaces"]:
                     raise ParamsError(f"tuning.chains[{i}]: {name!r} trains {method!r} (chains.{key}.method), which has "
@@ -201,44 +183,6 @@ def check_tuning(section: Any, p: dict[str, Any]) -> dict[str, Any]:
     return t
 
 
-def find_chain(chains: Mapping[str, dict], dataset: str, noise: str, name: str, where: str) -> tuple[str, dict]:
-    """The entry of (validated) ``chains`` named ``name`` at ``dataset``/``noise``: ``(key, entry)``."""
-    for key, chain in chains.items():
-        if (chain["dataset"], chain["noise"], chain["name"]) == (dataset, noise, name):
-            return key, chain
-    there = sorted({c["name"] for c in chains.values() if (c["dataset"], c["noise"]) == (dataset, noise)})
-    raise ParamsError(f"{where}: {name!r} is no chained run of {dataset}/{noise} (chains there: "
-                      f"{', '.join(there) or 'none'}); a tuned chain needs an entry of chains with that name at every "
-                      "dataset and noise of tuning.datasets x tuning.noises")
-
-
-def lineage(chains: Mapping[str, dict], dataset: str, noise: str, name: str) -> tuple[str, list[tuple[str, dict]]]:
-    """What a chained run is trained after: ``(the grid method it starts from, [(key, entry), ...])``, the chains
-    from the first after that method to ``name``'s own entry (last)."""
-    steps: list[tuple[str, dict]] = []
-    names = {c["name"] for c in chains.values() if (c["dataset"], c["noise"]) == (dataset, noise)}
-    current = name
-    while current in names:
-        key, chain = find_chain(chains, dataset, noise, current, f"chains ({name!r}'s upstreams)")
-        steps.insert(0, (key, chain))
-        current = chain["upstream"]
-    return current, steps
-
-
-def with_overrides(params: Mapping[str, Any], method: str, hparams: Mapping[str, Any],
-                   train: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` as one run trains with them: ``hparams`` over ``methods.<method>`` (a nested section is merged
-    key by key) and ``train`` over ``train`` (a run's own overrides: a chain's, a study's point)."""
-    section = dict(params["methods"][method])
-    for key, value in hparams.items():
-        nested = isinstance(value, Mapping) and isinstance(section.get(key), Mapping)
-        section[key] = {**section[key], **value} if nested else value
-    return {**params, "train": {**params["train"], **train}, "methods": {**params["methods"], method: section}}
-
-
-def chain_params(params: Mapping[str, Any], chain: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` as a chained run (an entry of ``chains``) trains with them."""
-    return with_overrides(params, chain["method"], chain["hparams"], chain["train"])
 
 
 def untuned_values(params: Mapping[str, Any], method: str, space: Mapping[str, dict]) -> dict[str, Any]:
@@ -259,23 +203,5 @@ def grid_trials(space: Mapping[str, dict]) -> list[dict[str, Any]]:
     return [dict(zip(space, values)) for values in itertools.product(*(e["choices"] for e in space.values()))]
 
 
-def study_name(dataset: str, noise: str, method: str) -> str:
-    """``<dataset>-<noise>-<method>``: the tune stage's matrix key (``tune@<study_name>``)."""
-    return f"{dataset}-{noise}-{method}"
-
-
-def study_folder(dataset: str, noise: str, method: str) -> str:
-    """The tune stage's output, relative to the repository root."""
-    return f"{TUNING_ROOT}/{dataset}/{noise}/{method}"
-
-
-def studies_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Every (dataset, noise, method) tuning study, in the tune stage's matrix order."""
-    t = params["tuning"]
-    return [(d, n, m) for d in t["datasets"] for n in t["noises"] for m in t["methods"]]
-
-
-def chain_studies_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Every (dataset, noise, chain name) tuning study, in the tune_chain stage's matrix order."""
-    t = params["tuning"]
-    return [(d, n, c) for d in t["datasets"] for n in t["noises"] for c in t["chains"]]
+#: The section this module validates (:data:`noisydml.schema.SECTION_OWNERS`).
+SECTION_CHECKS = {"tuning": SectionCheck(check_tuning, needs=("grid", "methods", "chains", "train"))}

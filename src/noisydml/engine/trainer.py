@@ -37,6 +37,7 @@ from pytorch_metric_learning.utils import common_functions as pml_common
 from tqdm import tqdm
 
 from noisydml import io, neighbours
+from noisydml.closure import digest as closure_digest, module_closure
 from noisydml.data.images import InputPipeline, image_channels
 from noisydml.engine import distributed
 from noisydml.engine.judge import GroundTruth, decision_histograms, score_decisions
@@ -45,7 +46,7 @@ from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import build_method
 from noisydml.methods.base import Batch, EpochContext, MethodSetup
 from noisydml.models import build_model, load_backbone_weights
-from noisydml.runtime import runtime_settings
+from noisydml.runtime import runtime_settings, tracked_runtime
 from noisydml.schema import ParamsError
 
 CHECKPOINT_VERSION = 2
@@ -69,15 +70,11 @@ def gpu_settings(runtime: dict, device: torch.device) -> dict[str, Any]:
     return settings
 
 
-def code_fingerprint() -> str:
-    """sha256 of every source file of the noisydml package: a checkpoint of other code is not resumed."""
-    import noisydml
-
-    root = Path(noisydml.__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+def code_fingerprint(*modules: str) -> str:
+    """sha256 of the package files ``modules`` run (their import closure, :func:`noisydml.closure.module_closure`,
+    the same files their stage's DVC dependencies name): a checkpoint of other code is not resumed, and an edit
+    anywhere else in the package leaves a killed run resumable."""
+    return closure_digest(module_closure(*modules))
 
 
 @dataclass
@@ -336,8 +333,12 @@ class Trainer:
         init_state: dict | None = None,
         progress: bool | None = None,
         backbone_state: dict | None = None,
+        code: tuple[str, ...] = ("noisydml.engine.trainer",),
     ):
         self.spec = spec
+        #: The modules whose code, with the method's module, the run runs (its stage's pipeline module): their
+        #: closure's digest is part of what a checkpoint must match to be resumed.
+        self.code = code
         self.train_set = train_set
         self.test_set = test_set
         #: Held-out training classes (noisy labels): the only data model selection may look at.
@@ -472,8 +473,13 @@ class Trainer:
         if not self.checkpoint_path.is_file():
             return
         state = torch.load(self.checkpoint_path, map_location=run.device, weights_only=False)
-        if state.get("fingerprint") != run.fingerprint or state.get("code") != run.code:
-            what = "params or data" if state.get("fingerprint") != run.fingerprint else "the code"
+        was = state.get("runtime") or {}
+        changed = [f"runtime.{key}" for key, value in run.runtime.items() if was.get(key) != value]
+        if state.get("fingerprint") != run.fingerprint or state.get("code") != run.code or changed:
+            if state.get("fingerprint") != run.fingerprint:
+                what = "params or data"
+            else:
+                what = "the code" if state.get("code") != run.code else ", ".join(changed)
             print(f"ignoring checkpoint {self.checkpoint_path}: it belongs to a different configuration "
                   f"({what} changed since); training from scratch")
             return
@@ -584,7 +590,7 @@ class Trainer:
     def _save(self, run: "_Run", epoch: int) -> None:
         """The checkpoint a killed run resumes from (rank 0 writes it; every rank waits for it)."""
         state = {
-            "fingerprint": run.fingerprint, "code": run.code, "epoch": epoch, "step": run.step,
+            "fingerprint": run.fingerprint, "code": run.code, "runtime": run.runtime, "epoch": epoch, "step": run.step,
             "history": run.history,
             # waits for the MLflow run to be open (about 3 s of CPU, so after the first epoch it may not be
             # yet): a run killed before would otherwise resume as a second MLflow run
@@ -637,7 +643,9 @@ class _Run:
         self.pipeline, self.labels, self.batch_size = pipeline, labels, batch_size
         self.model, self.method, self.optimizer, self.scaler, self.scheduler = model, method, optimizer, scaler, scheduler
         self.fingerprint = trainer.spec.fingerprint()
-        self.code = code_fingerprint()
+        self.code = code_fingerprint(*trainer.code, f"noisydml.methods.{trainer.spec.method}")
+        #: the runtime keys that change what a run computes: a checkpoint made under others is not resumed
+        self.runtime = tracked_runtime(trainer.runtime)
         self.history: list[dict[str, float]] = []
         self.seconds: list[float] = []
         self.start_epoch, self.step, self.run_id, self.resumed_from = 0, 0, None, None

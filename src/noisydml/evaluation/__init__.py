@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noisydml.schema import Field, check_section
+from noisydml.schema import Field, ParamsError, SectionCheck, check_section
 
 EVALUATE_SCHEMA = {
     "recall_at": Field(list, [1, 2, 4, 8], item_type=int, min=1),
@@ -24,3 +24,16 @@ def evaluate_settings(evaluate: dict[str, Any] | None = None) -> dict[str, Any]:
 def metric_names(recall_at) -> list[str]:
     """Names of every metric :func:`noisydml.evaluation.retrieval.retrieval_metrics` returns, in report order."""
     return ["precision_at_1", *[f"recall_at_{k}" for k in recall_at], "mean_average_precision_at_r", "r_precision", "nmi"]
+
+
+def _check_evaluate(section: Any, p: dict[str, Any], raw) -> dict[str, Any]:
+    evaluate = check_section(section, EVALUATE_SCHEMA, "evaluate")
+    for i, k in enumerate(evaluate["recall_at"]):
+        if k > evaluate["max_k"]:
+            raise ParamsError(f"evaluate.recall_at[{i}]: Recall@{k} needs {k} neighbours, above evaluate.max_k "
+                              f"({evaluate['max_k']}); allowed: 1..{evaluate['max_k']}")
+    return evaluate
+
+
+#: The section this module validates (:data:`noisydml.schema.SECTION_OWNERS`).
+SECTION_CHECKS = {"evaluate": SectionCheck(_check_evaluate)}

@@ -1,5 +1,7 @@
-"""``circle``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``circle``: a pytorch-metric-learning baseline (:class:`noisydml.methods.parts.pml.PMLBaseline`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from pytorch_metric_learning import losses
 
-SPEC = baseline_spec(BASELINES["circle"])
+from noisydml.methods.parts.pml import PMLBaseline, baseline_spec
+
+SPEC = baseline_spec(PMLBaseline(losses.CircleLoss, {"m": 0.4, "gamma": 80.0}, "Circle loss (Sun et al. 2020)"))

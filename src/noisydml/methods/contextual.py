@@ -3,6 +3,7 @@
 The loss and its equations: :mod:`noisydml.methods.parts.contextual`.
 """
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from noisydml.methods.parts.pml import baseline_spec
+from noisydml.methods.parts.contextual import CONTEXTUAL
 
-SPEC = baseline_spec(BASELINES["contextual"])
+SPEC = baseline_spec(CONTEXTUAL)

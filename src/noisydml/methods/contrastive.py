@@ -1,5 +1,10 @@
-"""``contrastive``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``contrastive``: a pytorch-metric-learning baseline (:class:`noisydml.methods.parts.pml.PMLBaseline`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from pytorch_metric_learning import losses
 
-SPEC = baseline_spec(BASELINES["contrastive"])
+from noisydml.methods.parts.pml import PMLBaseline, baseline_spec, cosine
+
+SPEC = baseline_spec(PMLBaseline(
+    losses.ContrastiveLoss, {"pos_margin": 1.0, "neg_margin": 0.0},
+    "contrastive loss on cosine similarities (BSPML's setting: pos margin 1, neg margin 0)", fixed=cosine,
+))

@@ -1,5 +1,7 @@
-"""``fastap``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``fastap``: a pytorch-metric-learning baseline (:class:`noisydml.methods.parts.pml.PMLBaseline`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from pytorch_metric_learning import losses
 
-SPEC = baseline_spec(BASELINES["fastap"])
+from noisydml.methods.parts.pml import PMLBaseline, baseline_spec
+
+SPEC = baseline_spec(PMLBaseline(losses.FastAPLoss, {"num_bins": 10}, "FastAP (Cakir et al. 2019)"))

@@ -1,5 +1,5 @@
-"""``mcl``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``mcl``: a pytorch-metric-learning baseline (:data:`noisydml.methods.parts.pml.MCL`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from noisydml.methods.parts.pml import MCL, baseline_spec
 
-SPEC = baseline_spec(BASELINES["mcl"])
+SPEC = baseline_spec(MCL)

@@ -1,5 +1,5 @@
-"""``ms``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``ms``: a pytorch-metric-learning baseline (:data:`noisydml.methods.parts.pml.MS`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from noisydml.methods.parts.pml import MS, baseline_spec
 
-SPEC = baseline_spec(BASELINES["ms"])
+SPEC = baseline_spec(MS)

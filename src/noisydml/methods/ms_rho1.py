@@ -5,7 +5,7 @@ BSPML's paper runs "MS loss and the MS loss part of our BSPML" with rho = 1: the
 
 from dataclasses import replace
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from noisydml.methods.parts.pml import MS, baseline_spec
 
-SPEC = baseline_spec(replace(BASELINES["ms"], loss_defaults={"alpha": 2.0, "beta": 50.0, "base": 1.0},
+SPEC = baseline_spec(replace(MS, loss_defaults={"alpha": 2.0, "beta": 50.0, "base": 1.0},
                              description="multi-similarity loss + miner at rho (base) = 1, BSPML's setting"))

@@ -1,5 +1,10 @@
-"""``normalized_softmax``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``normalized_softmax``: a pytorch-metric-learning baseline (:class:`noisydml.methods.parts.pml.PMLBaseline`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from pytorch_metric_learning import losses
 
-SPEC = baseline_spec(BASELINES["normalized_softmax"])
+from noisydml.methods.parts.pml import PMLBaseline, baseline_spec
+
+SPEC = baseline_spec(PMLBaseline(
+    losses.NormalizedSoftmaxLoss, {"temperature": 0.05}, "normalized softmax (Zhai & Wu 2019)",
+    needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
+))

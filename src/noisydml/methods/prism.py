@@ -3,6 +3,7 @@
 The selector (Eqs. 2-7, Algorithm 1) is in :mod:`noisydml.methods.parts.prism_selection`.
 """
 
+from noisydml.methods.parts.pml import MCL
 from noisydml.methods.parts.prism_selection import prism_spec
 
-SPEC = prism_spec("mcl", "PRISM + memory contrastive loss (Liu et al. 2021); with noise_rate 0 it is mcl")
+SPEC = prism_spec(MCL, "PRISM + memory contrastive loss (Liu et al. 2021); with noise_rate 0 it is mcl")

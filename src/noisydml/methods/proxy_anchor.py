@@ -1,5 +1,5 @@
-"""``proxy_anchor``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``proxy_anchor``: a pytorch-metric-learning baseline (:data:`noisydml.methods.parts.pml.PROXY_ANCHOR`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from noisydml.methods.parts.pml import PROXY_ANCHOR, baseline_spec
 
-SPEC = baseline_spec(BASELINES["proxy_anchor"])
+SPEC = baseline_spec(PROXY_ANCHOR)

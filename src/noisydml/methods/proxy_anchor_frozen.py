@@ -2,15 +2,15 @@
 statistics: Smooth Proxy-Anchor's baseline on the same trainable parts (the embedding head and the proxies)."""
 
 from noisydml.methods.base import MethodSpec
-from noisydml.methods.parts.pml import BASELINES, PMLMethod, baseline_spec
+from noisydml.methods.parts.pml import PROXY_ANCHOR, PMLMethod, baseline_spec
 from noisydml.methods.parts.smooth_proxy_anchor import FREEZE_FIELD, HEAD_LR_FIELD, FrozenBackbone
 
-_BASE = baseline_spec(BASELINES["proxy_anchor"])
+_BASE = baseline_spec(PROXY_ANCHOR)
 
 
 class FrozenBackboneProxyAnchor(FrozenBackbone, PMLMethod):
     def __init__(self, setup):
-        super().__init__(setup, BASELINES["proxy_anchor"])
+        super().__init__(setup, PROXY_ANCHOR)
 
 
 SPEC = MethodSpec(

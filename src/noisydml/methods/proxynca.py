@@ -1,5 +1,10 @@
-"""``proxynca``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``proxynca``: a pytorch-metric-learning baseline (:class:`noisydml.methods.parts.pml.PMLBaseline`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from pytorch_metric_learning import losses
 
-SPEC = baseline_spec(BASELINES["proxynca"])
+from noisydml.methods.parts.pml import PMLBaseline, baseline_spec
+
+SPEC = baseline_spec(PMLBaseline(
+    losses.ProxyNCALoss, {"softmax_scale": 1.0}, "ProxyNCA (Movshovitz-Attias et al. 2017)",
+    needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
+))

@@ -3,6 +3,7 @@
 The loss and its equations: :mod:`noisydml.methods.parts.roadmap`.
 """
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from noisydml.methods.parts.pml import baseline_spec
+from noisydml.methods.parts.roadmap import ROADMAP
 
-SPEC = baseline_spec(BASELINES["roadmap"])
+SPEC = baseline_spec(ROADMAP)

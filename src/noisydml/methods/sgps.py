@@ -4,7 +4,8 @@ Everything is in :mod:`noisydml.methods.parts.sgps` (PCS, feature bank, SGM, pos
 :mod:`noisydml.methods.parts.sgm` (Algorithms 1-4).
 """
 
+from noisydml.methods.parts.pml import MCL
 from noisydml.methods.parts.sgps import sgps_spec
 
-SPEC = sgps_spec("mcl", "SGPS-MCL: PRISM's selection + MCL on kept samples, subgroup positives for the rest "
+SPEC = sgps_spec(MCL, "SGPS-MCL: PRISM's selection + MCL on kept samples, subgroup positives for the rest "
                         "(Yu et al. 2024)")

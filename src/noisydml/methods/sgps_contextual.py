@@ -4,7 +4,8 @@ The contextual loss has no memory of its own; PCS's memory (Eq. 1) and L_noise's
 Its neighbourhoods are taken among the kept rows of the batch (:mod:`noisydml.methods.parts.contextual`).
 """
 
+from noisydml.methods.parts.contextual import CONTEXTUAL
 from noisydml.methods.parts.sgps import sgps_spec
 
-SPEC = sgps_spec("contextual", "SGPS-Contextual: PRISM's selection + the contextual loss on kept samples, "
+SPEC = sgps_spec(CONTEXTUAL, "SGPS-Contextual: PRISM's selection + the contextual loss on kept samples, "
                                "subgroup positives for the rest (Yu et al. 2024)")

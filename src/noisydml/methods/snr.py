@@ -1,5 +1,10 @@
-"""``snr``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``snr``: a pytorch-metric-learning baseline (:class:`noisydml.methods.parts.pml.PMLBaseline`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from pytorch_metric_learning import losses
 
-SPEC = baseline_spec(BASELINES["snr"])
+from noisydml.methods.parts.pml import PMLBaseline, baseline_spec
+
+SPEC = baseline_spec(PMLBaseline(
+    losses.SignalToNoiseRatioContrastiveLoss, {"pos_margin": 0.0, "neg_margin": 1.0},
+    "signal-to-noise-ratio contrastive loss (Yuan et al. 2019)",
+))

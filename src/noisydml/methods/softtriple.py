@@ -1,5 +1,5 @@
-"""``softtriple``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``softtriple``: a pytorch-metric-learning baseline (:data:`noisydml.methods.parts.pml.SOFTTRIPLE`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from noisydml.methods.parts.pml import SOFTTRIPLE, baseline_spec
 
-SPEC = baseline_spec(BASELINES["softtriple"])
+SPEC = baseline_spec(SOFTTRIPLE)

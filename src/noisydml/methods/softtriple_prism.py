@@ -3,6 +3,7 @@
 The selector (Eqs. 2-7, Algorithm 1) is in :mod:`noisydml.methods.parts.prism_selection`.
 """
 
+from noisydml.methods.parts.pml import SOFTTRIPLE
 from noisydml.methods.parts.prism_selection import prism_spec
 
-SPEC = prism_spec("softtriple", "PRISM's selection in front of SoftTriple (PRISM Table 3)")
+SPEC = prism_spec(SOFTTRIPLE, "PRISM's selection in front of SoftTriple (PRISM Table 3)")

@@ -1,5 +1,5 @@
-"""``supcon``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``supcon``: a pytorch-metric-learning baseline (:data:`noisydml.methods.parts.pml.SUPCON`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from noisydml.methods.parts.pml import SUPCON, baseline_spec
 
-SPEC = baseline_spec(BASELINES["supcon"])
+SPEC = baseline_spec(SUPCON)

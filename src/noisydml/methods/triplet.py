@@ -1,5 +1,10 @@
-"""``triplet``: a pytorch-metric-learning baseline (see :data:`noisydml.methods.parts.pml.BASELINES`)."""
+"""``triplet``: a pytorch-metric-learning baseline (:class:`noisydml.methods.parts.pml.PMLBaseline`)."""
 
-from noisydml.methods.parts.pml import BASELINES, baseline_spec
+from pytorch_metric_learning import losses
 
-SPEC = baseline_spec(BASELINES["triplet"])
+from noisydml.methods.parts.pml import PMLBaseline, baseline_spec
+
+SPEC = baseline_spec(PMLBaseline(
+    losses.TripletMarginLoss, {"margin": 0.1, "smooth_loss": True},
+    "smooth triplet loss over all triplets of the batch",
+))

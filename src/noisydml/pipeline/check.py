@@ -1,9 +1,11 @@
 """Validate all of params.yaml at once: ``python -m noisydml.pipeline.check [params.yaml]``.
 
-Each stage validates the sections it uses (its registry's schemas); this checks
-every dataset, noise setting and method section, the backbone and the
-cross-section rules, so a mistake in a section no stage of the grid uses yet is
-found too. The tests and CI run it on the repository's params.yaml.
+Each stage validates the sections it loads (:func:`noisydml.config.load_params`) and the registry entries it uses;
+this checks every section, every dataset, noise setting and method entry, the backbone and the rules that span
+sections (every method a module of the catalog, report metrics the evaluate stage computes, no two runs of any
+kind in one folder, every study's sections), so a mistake in a section no stage of the grid uses yet is found too.
+The launcher runs it before any stage, CI and the tests on the repository's params.yaml. No stage imports this
+module: editing a rule here re-runs nothing.
 """
 
 from __future__ import annotations
@@ -14,16 +16,23 @@ from typing import Any
 
 from noisydml.config import load_params, validate_params
 from noisydml.data.registry import DATASET_KINDS, check_dataset
-from noisydml.methods import check_frozen_backbone, check_method, load_spec
+from noisydml.evaluation import metric_names
+from noisydml.methods import check_frozen_backbone, check_method, load_spec, method_names
 from noisydml.models import check_backbone
 from noisydml.noise import check_noise
-from noisydml.schema import ParamsError
-from noisydml.studies import check_studies
+from noisydml.runs import check_unique_folders
+from noisydml.schema import ParamsError, check_choice
+from noisydml.studies import all_runs, check_studies
 
 
 def check_all(params: dict[str, Any]) -> dict[str, Any]:
     """Validate every registry- and study-owned section of already-loaded params (registries' defaults filled in;
     the studies' sections validated where used, :func:`noisydml.studies.check_study`); return them."""
+    known = method_names()
+    for name in params["methods"]:
+        check_choice(name, known, "methods", "method")
+    for i, m in enumerate(params["report"]["metrics"]):
+        check_choice(m, metric_names(params["evaluate"]["recall_at"]), f"report.metrics[{i}]", "metric")
     for name in params["datasets"]:
         check_dataset(params, name)
     for name in params["noise"]:
@@ -56,7 +65,9 @@ def check_all(params: dict[str, Any]) -> dict[str, Any]:
                 f"train.validation_classes: {train['validation_classes']} held out of dataset {ds_name!r}'s "
                 f"{n_train} training classes leaves fewer than train.batch.classes ({batch['classes']}) to train on"
             )
-    return check_studies(params)  # every study's sections, and no two runs of any kind share a folder
+    check_studies(params)  # every study's sections
+    check_unique_folders(all_runs(params))  # no two runs of any kind (grid, chains, tuned, studies') share a folder
+    return params
 
 
 def validate_all(raw: Any) -> dict[str, Any]:

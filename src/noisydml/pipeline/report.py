@@ -24,10 +24,10 @@ from noisydml.reporting.tables import (
     BEST_ON_TEST, _chain_line, cluster_size_table, collect, noise_stats, noise_table, plot_series, selection_summary,
     summarise, timing_results, timing_table, weight_summary,
 )
-from noisydml.runs import noises_of, runs_of
+from noisydml.config import noises_of
+from noisydml.runs import TUNED_SUFFIX, chain_studies_of, find_chain, runs_of, studies_of
 from noisydml.studies import check_study, load_study, study_names
 from noisydml.studies.base import ReportContext
-from noisydml.tuning import TUNED_SUFFIX, chain_params, chain_studies_of, find_chain, split_key, studies_of, value_at
 
 #: What a rehearsal's report says first (``report.rehearsal``; :mod:`noisydml.pipeline.rehearsal`).
 REHEARSAL_NOTE = ("miniature stand-ins of the datasets (their real file formats, a few dozen images) and randomly "
@@ -64,35 +64,36 @@ def write_headline(summary: pd.DataFrame, params: dict, folder: Path) -> None:
 
 
 def tuning_lines(params: dict, layout: Layout) -> list[str]:
-    """The tuned runs' values and how they were chosen (their tune stage's chosen.json, as evaluated): one row per
-    study, each key as untuned -> chosen."""
+    """The tuned runs' values and how they were chosen (their tune stage's chosen.json, as the tuned run recorded
+    and the evaluate stage kept it): one row per study, each key as untuned -> chosen."""
     studies = [(d, n, m, None) for d, n, m in studies_of(params)]
     studies += [(d, n, name, find_chain(params["chains"], d, n, name, "tuning.chains")[1])
                 for d, n, name in chain_studies_of(params)]
     if not studies:
         return []
-    rows = []
+    rows, records = [], []
     for dataset, noise, name, chain in studies:
         # every seed of a tuned run trains with the same values
         seed = chain["seeds"][0] if chain else params["grid"]["seeds"][0]
-        method, untuned = (chain["method"], chain_params(params, chain)) if chain else (name, params)
+        method = chain["method"] if chain else name
         tuned = io.read_json(layout.metrics(dataset, noise, name + TUNED_SUFFIX, seed))["tuned"]
-        values = ", ".join(f"{key}: {value_at(untuned, split_key(method, key), key)!r} -> {value!r}"
-                           for key, value in tuned["values"].items())
+        records.append(tuned)
+        # the untuned run's values, as the tuned run recorded them beside the chosen ones
+        values = ", ".join(f"{key}: {tuned['untuned'][key]!r} -> {value!r}" for key, value in tuned["values"].items())
         first = "; ".join(f"{100 * t['val_precision_at_1']:.2f}" for t in tuned["first_trials"])
         rows.append({"dataset": dataset, "noise": noise, "tuned": name if not chain else f"{name} ({method})",
                      "untuned -> chosen": values, "chosen trial": f"{tuned['trial'] + 1} of {tuned['trials']}",
                      "val P@1 chosen": f"{100 * tuned['val_precision_at_1']:.2f}",
                      "val P@1 first trials (paper; untuned)": first})
-    t = params["tuning"]
+    budget = records[0]  # one tuning section made every study: the same budget, sampler, seed and split
     return ["## Tuning", "",
             f"The `(tuned)` rows: each method with the values its tuning study chose, the same budget for every "
-            f"method ({t['trials']} trials, Optuna's {t['sampler']['name']} sampler, seed {t['seed']}), scored by the "
-            f"P@1 of {t['validation_classes']} training classes held out by noisy label (never the test split); the "
-            "first trial is the paper's values, the second the untuned run's. Then trained on the full training set "
-            "at every seed. A tuned chained run's study trains the chain's upstream runs once, untuned, on the same "
-            "split and tunes the chain's own step (its method's space); the tuned run then trains from the grid's "
-            "upstream.", "", pd.DataFrame(rows).to_markdown(index=False), ""]
+            f"method ({budget['trials']} trials, Optuna's {budget['sampler']['name']} sampler, seed {budget['seed']}), "
+            f"scored by the P@1 of {budget['validation_classes']} training classes held out by noisy label (never the "
+            "test split); the first trial is the paper's values, the second the untuned run's. Then trained on the "
+            "full training set at every seed. A tuned chained run's study trains the chain's upstream runs once, "
+            "untuned, on the same split and tunes the chain's own step (its method's space); the tuned run then "
+            "trains from the grid's upstream.", "", pd.DataFrame(rows).to_markdown(index=False), ""]
 
 
 def write_report(params: dict, layout: Layout) -> Path:

@@ -41,7 +41,7 @@ def timing(params: dict, entry: str, layout: Layout = Layout()) -> dict:
                    data_fingerprint=data.fingerprint, evaluate=params["evaluate"])
     with tempfile.TemporaryDirectory() as tmp:
         result = Trainer(spec, data.train_set, data.test_set, Path(tmp) / "last.pt", tracker=NullTracker(),
-                         runtime={**params["runtime"], "progress": False}).fit()
+                         runtime={**params["runtime"], "progress": False}, code=(__name__,)).fit()
     counted = result.epoch_seconds[1:] or result.epoch_seconds
     row = {
         "entry": entry, "label": item["label"], "method": item["method"], "centres": hparams.get("centres"),

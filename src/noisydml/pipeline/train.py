@@ -26,35 +26,31 @@ from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
 from noisydml.pipeline.rundata import load_run_data, load_upstream
 from noisydml.runs import Run
+from noisydml.schema import ParamsError
 from noisydml.studies import find_study_runs
 from noisydml.tracking import MlflowTracker, mlflow_experiment, mlflow_run_name, standard_tags
-from noisydml.tuning import assign
-
 
 def train(params: dict, run: Run, layout: Layout = Layout(), *, keep_checkpoint: bool = False) -> Path:
     """Train ``run`` (a :class:`~noisydml.runs.Run` of params: the grid's, a chain's, a figure's) into its folder,
     with its own overrides of the method's hyper-parameters and of train. ``keep_checkpoint``: leave its last
-    checkpoint in place (the stage trains more runs and removes them when all are written)."""
-    run_params, tuned = run.params(params), None
-    if run.chosen is not None:  # a tuned run: the values its tune stage chose (a DVC dependency of its stage)
-        tuned = {"from": run.chosen, **tuned_values(run, layout)}
-        run_params = assign(run_params, run.method, tuned["values"])
-    return _train(run_params, run, layout, keep_checkpoint, tuned)
-
-
-def tuned_values(run: Run, layout: Layout) -> dict:
-    """A tuned run's ``chosen.json``: ``values`` (space key -> value) and how they were chosen."""
-    path = layout.root / run.chosen
-    if not path.is_file():
-        raise FileNotFoundError(f"{run.stage}: {run.chosen} is missing; `dvc repro` makes it first (stage "
-                                f"tune@{run.dataset}-{run.noise}-{run.method})")
-    return io.read_json(path)
+    checkpoint in place (the stage trains more runs and removes them when all are written). A tuned run trains
+    through :func:`noisydml.pipeline.train_tuned.train_tuned` (stages/train_tuned.py)."""
+    if run.chosen is not None:
+        raise ParamsError(f"{run.stage}: a tuned run trains with the values its tune stage chose "
+                          "(noisydml.pipeline.train_tuned, stages/train_tuned.py), not with stages/train.py")
+    return train_with(run.params(params), run, layout, keep_checkpoint)
 
 
 def run_from_arguments(params: dict, args) -> list[Path] | None:
     """Train the runs ``--run-folder`` names (the stage's output, as dvc.yaml declares it): a seed folder
     ``runs/<dataset>/<noise>/<name>/seed<k>`` of the grid, or a chained run's folder ``runs/<dataset>/<noise>/<name>``
-    (its seeds, one after another); with ``--study`` one of that study's own runs (only that study is imported).
+    (its seeds, one after another); with ``--study`` one of that study's own runs (only that study is imported)."""
+    # before any relaunch: a stale stage fails at once
+    return train_runs(params, find_study_runs(params, args.run_folder, args.study), train)
+
+
+def train_runs(params: dict, runs: list[Run], train_one) -> list[Path] | None:
+    """Train ``runs`` one after another with ``train_one(params, run, layout, keep_checkpoint=True)``.
 
     The runs' checkpoints stay until every run of the stage is written: DVC empties a stage's output before
     running it again, so a stage killed in its second seed resumes its first from the first's final checkpoint
@@ -62,7 +58,6 @@ def run_from_arguments(params: dict, args) -> list[Path] | None:
 
     ``runtime.processes`` > 1: the stage starts itself again under ``torchrun`` as that many processes, which
     train each run together (:mod:`noisydml.engine.distributed`); rank 0 writes the run folders."""
-    runs = find_study_runs(params, args.run_folder, args.study)  # before any relaunch: a stale stage fails at once
     processes = params["runtime"]["processes"]
     if processes > 1 and not distributed.launched_by_torchrun():
         status = distributed.relaunch_under_torchrun(processes, sys.argv)
@@ -73,7 +68,7 @@ def run_from_arguments(params: dict, args) -> list[Path] | None:
     distributed.init_from_environment(params["runtime"]["device"])
     layout, main = Layout(), distributed.current().is_main
     try:
-        outs = [train(params, run, layout, keep_checkpoint=True) for run in runs]
+        outs = [train_one(params, run, layout, keep_checkpoint=True) for run in runs]
     finally:
         if started_group:
             torch.distributed.destroy_process_group()
@@ -83,7 +78,7 @@ def run_from_arguments(params: dict, args) -> list[Path] | None:
     return outs
 
 
-def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool, tuned: dict | None) -> Path:
+def train_with(params: dict, run: Run, layout: Layout, keep_checkpoint: bool, tuned: dict | None = None) -> Path:
     """Train one run (``params``: with the run's overrides; ``tuned``: a tuned run's chosen.json and its path,
     already applied); write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``)."""
     dataset, noise, method, seed, chain = run.dataset, run.noise, run.method, run.seed, run.chain
@@ -122,7 +117,7 @@ def _train(params: dict, run: Run, layout: Layout, keep_checkpoint: bool, tuned:
     trainer = Trainer(spec, data.train_set, data.test_set, checkpoint, tracker=tracker, runtime=params["runtime"],
                       val_set=data.val_set, truth=data.truth, sample_ids=data.sample_ids, inputs=inputs,
                       init_state=init_state, stop_after_epoch=int(stop) if stop else None,
-                      backbone_state=backbone_state)
+                      backbone_state=backbone_state, code=(__name__,))
     try:
         result = trainer.fit()
     except BaseException:

@@ -46,10 +46,11 @@ from noisydml.models import check_backbone
 from noisydml.pipeline.layout import EXPORTS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
 from noisydml.pipeline.rundata import load_run_data, load_upstream
+from noisydml.runtime import tracked_runtime
 from noisydml.schema import ParamsError
 from noisydml.tracking import MlflowTracker, mlflow_experiment, standard_tags
-from noisydml.tuning import (CHOSEN_FILE, assign, chain_params, first_trials, grid_trials, lineage, study_folder,
-                             study_name)
+from noisydml.runs import CHOSEN_FILE, chain_params, lineage, study_folder, study_name
+from noisydml.tuning import assign, first_trials, grid_trials
 
 JOURNAL = "journal.log"
 SETTINGS = "settings.json"
@@ -73,6 +74,10 @@ class Subject:
         root, steps = lineage(params["chains"], dataset, noise, name)
         chain = steps[-1][1]
         return cls(name, chain["method"], chain_params(params, chain), root, tuple(steps))
+
+    def methods(self) -> list[str]:
+        """Every method a trial trains: the chain's upstream runs' too."""
+        return [self.method] if not self.steps else [self.root, *(chain["method"] for _, chain in self.steps)]
 
     def settings(self, params: dict) -> dict:
         """Its part of the study's fingerprint: the method's params as trained; a chain's upstream runs too."""
@@ -136,7 +141,8 @@ def _settings(params: dict, subject: Subject, data_fingerprint: str, pretrained:
     tuning["spaces"] = {subject.method: params["tuning"]["spaces"][subject.method]}
     return {**subject.settings(params), "tuning": tuning,
             "evaluate": {k: params["evaluate"][k] for k in ("max_k", "device")}, "data": data_fingerprint,
-            "pretrained": pretrained, "code": code_fingerprint(), "optuna": optuna_version}
+            "pretrained": pretrained, "runtime": tracked_runtime(params["runtime"]), "optuna": optuna_version,
+            "code": code_fingerprint(__name__, *(f"noisydml.methods.{m}" for m in subject.methods()))}
 
 
 def _start_afresh_unless_same(folder: Path, settings: dict) -> None:
@@ -269,7 +275,8 @@ class _TrialTrainer:
         trainer = Trainer(spec, data.train_set, data.val_set, self.checkpoint(part), tracker=tracker,
                           runtime=params["runtime"], val_set=data.val_set if selecting else None, truth=data.truth,
                           sample_ids=data.sample_ids, inputs=inputs, init_state=init_state,
-                          stop_after_epoch=int(stop) if stop_here else None, backbone_state=self.backbone_state)
+                          stop_after_epoch=int(stop) if stop_here else None, backbone_state=self.backbone_state,
+                          code=(__name__,))
         try:
             result = trainer.fit()
         except BaseException:
@@ -300,5 +307,6 @@ def _write_outputs(study, subject: Subject, budget: int, folder: Path) -> None:
                      "labels); the test split is never read",
         **({"upstream": f"{' -> '.join([subject.root, *(c['name'] for _, c in subject.steps[:-1])])}, untuned, "
                         "trained once on the same split"} if subject.steps else {}),
-        "sampler": tuning["sampler"], "seed": tuning["seed"], "optuna": optuna.__version__,
+        "sampler": tuning["sampler"], "seed": tuning["seed"], "validation_classes": tuning["validation_classes"],
+        "optuna": optuna.__version__,
     })

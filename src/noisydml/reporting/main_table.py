@@ -9,8 +9,8 @@ import math
 
 import pandas as pd
 
-from noisydml.runs import noises_of
-from noisydml.tuning import TUNED_SUFFIX
+from noisydml.config import noises_of
+from noisydml.runs import TUNED_SUFFIX
 
 #: Column heads of the metrics, as papers print them.
 SHORT = {"precision_at_1": "P@1", "mean_average_precision_at_r": "MAP@R", "r_precision": "RP", "nmi": "NMI"}

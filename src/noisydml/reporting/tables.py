@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from noisydml import io
-from noisydml.runs import Run, noises_of
+from noisydml.config import noises_of
+from noisydml.runs import Run
 
 
 #: The highest test P@1 over the monitored epochs (every ``train.eval_every`` epochs and the last): the figure a

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from noisydml.catalog import load_member, names_in
-from noisydml.runs import check_unique_folders, find_runs, runs_of
+from noisydml.runs import find_runs, runs_of
 from noisydml.schema import ParamsError
 
 #: Modules of this package that are not studies.
@@ -53,15 +53,16 @@ def check_study(params: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def check_studies(params: dict[str, Any]) -> dict[str, Any]:
-    """Validate every study's sections, refuse ``figures`` sections no study owns, and check that no two runs of
-    the grid, the chains and the studies share a folder; return params as they are (``figures`` stays as written:
-    a study validates its sections again wherever they are used, :func:`check_study`)."""
+    """Validate every study's sections and refuse ``figures`` sections no study owns; return params as they are
+    (``figures`` stays as written: a study validates its sections again wherever they are used,
+    :func:`check_study`). That no two runs share a folder is :mod:`noisydml.pipeline.check`'s rule."""
     owners = section_owners()
     unknown = [key for key in params["figures"] if key not in owners]
     if unknown:
         raise ParamsError(f"figures: unknown section {unknown[0]!r}; allowed: {', '.join(sorted(owners))} "
                           "(each owned by a study)")
-    check_unique_folders(all_runs(params))  # validates every study's sections on the way
+    for name in study_names():
+        check_study(params, name)
     return params
 
 

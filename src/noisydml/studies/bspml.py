@@ -17,7 +17,8 @@ import pandas as pd
 
 from noisydml import io
 from noisydml.reporting.plots import plot_embedding_size, plot_grid_maps
-from noisydml.runs import Run, noises_of
+from noisydml.config import noises_of
+from noisydml.runs import Run
 from noisydml.schema import (
     Field, ParamsError, check_choice, check_name, check_section, check_unique, mapping_or_empty,
 )

@@ -34,6 +34,9 @@ import torch
 import torch.nn.functional as F
 from pytorch_metric_learning import distances, losses
 
+from noisydml.methods.parts.pml import PMLBaseline
+from noisydml.schema import Field
+
 
 class StraightThroughStep(torch.autograd.Function):
     """``H(x - y)`` forward (H(0) = 1); backward a constant ``g`` to x and ``-g`` to y (the authors' surrogate)."""
@@ -99,3 +102,22 @@ class ContextualLoss(torch.nn.Module):
         t = self.terms(embeddings, labels)
         return (self.context_weight * t["context"] + self.reg_weight * t["reg"]
                 + (1.0 - self.context_weight - self.reg_weight) * t["contrast"])
+
+
+#: contextual as a pytorch-metric-learning-style baseline (the loss alone: ``contextual``; SGPS around it: ``sgps_contextual``).
+CONTEXTUAL = PMLBaseline(
+    ContextualLoss, {"k": 4, "epsilon": 0.05, "context_weight": 0.4, "reg_weight": 0.1, "reg_similarity": 0.25,
+                     "pos_margin": 0.75, "neg_margin": 0.6, "step_gradient": 10.0},
+    "contextual similarity loss + contrastive + similarity regulariser (Liao et al. 2023)",
+    loss_fields={
+        "k": Field(int, 4, min=1, help="neighbourhood size (authors' code: 4)"),
+        "epsilon": Field(float, 0.05, min=0.0, help="neighbourhood slack on squared distance (authors' code: 0.05)"),
+        "context_weight": Field(float, 0.4, min=0.0, max=1.0, help="lambda (authors' code: 0.4)"),
+        "reg_weight": Field(float, 0.1, min=0.0, max=1.0, help="gamma (authors' code: 0.1)"),
+        "reg_similarity": Field(float, 0.25, help="target mean similarity of L_reg (authors' code: 0.25)"),
+        "pos_margin": Field(float, 0.75, help="contrastive positive margin (authors' code: 0.75)"),
+        "neg_margin": Field(float, 0.6, help="contrastive negative margin (authors' code: 0.6)"),
+        "step_gradient": Field(float, 10.0, min=0.0,
+                               help="the Heaviside's surrogate gradient (authors' code: 10)"),
+    },
+)

@@ -1,13 +1,16 @@
-"""Baselines from the papers' tables, built from pytorch-metric-learning (shared by their modules).
+"""Baselines from the papers' tables, built from pytorch-metric-learning: a :class:`PMLBaseline` behind the method
+interface (:func:`baseline_spec`), and the baselines several methods share.
+
+A :class:`PMLBaseline` names a loss (and miner), its papers' default hyper-parameters
+(overridable in ``methods.<name>.loss`` / ``.miner`` of params.yaml) and
+whether it owns proxies (which then train with ``lr_multiplier`` times the
+base learning rate, as Proxy-Anchor and SoftTriple do). A method over one baseline is a module
+``methods/<name>.py`` holding its baseline (``SPEC = baseline_spec(PMLBaseline(...))``), so adding one edits no file
+another method runs (docs/extending.md).
 
 Three losses of the tables are not in pytorch-metric-learning and are ours, with their papers' equations:
 ROADMAP (:mod:`~noisydml.methods.parts.roadmap`), the contextual loss (:mod:`~noisydml.methods.parts.contextual`)
 and RDML's rescaled hinge (:mod:`~noisydml.methods.parts.rdml`); their pair terms are pml's ContrastiveLoss.
-
-Each entry names a loss (and miner), its papers' default hyper-parameters
-(overridable in ``methods.<name>.loss`` / ``.miner`` of params.yaml) and
-whether it owns proxies (which then train with ``lr_multiplier`` times the
-base learning rate, as Proxy-Anchor and SoftTriple do).
 """
 
 from __future__ import annotations
@@ -19,9 +22,6 @@ import torch
 from pytorch_metric_learning import distances, losses, miners, reducers
 
 from noisydml.methods.base import Batch, Method, MethodSetup, MethodSpec
-from noisydml.methods.parts.contextual import ContextualLoss
-from noisydml.methods.parts.rdml import RescaledHingeContrastiveLoss
-from noisydml.methods.parts.roadmap import RANK_APPROXIMATIONS, RoadmapLoss
 from noisydml.schema import Field
 
 
@@ -47,98 +47,29 @@ def cosine() -> dict[str, Any]:
     return {"distance": distances.CosineSimilarity()}
 
 
-BASELINES: dict[str, PMLBaseline] = {
-    "ms": PMLBaseline(
-        losses.MultiSimilarityLoss, {"alpha": 2.0, "beta": 50.0, "base": 0.5},
-        "multi-similarity loss + its miner (Wang et al. 2019)",
-        miner_cls=miners.MultiSimilarityMiner, miner_defaults={"epsilon": 0.1},
-    ),
-    "contrastive": PMLBaseline(
-        losses.ContrastiveLoss, {"pos_margin": 1.0, "neg_margin": 0.0},
-        "contrastive loss on cosine similarities (BSPML's setting: pos margin 1, neg margin 0)", fixed=cosine,
-    ),
-    "triplet": PMLBaseline(
-        losses.TripletMarginLoss, {"margin": 0.1, "smooth_loss": True},
-        "smooth triplet loss over all triplets of the batch",
-    ),
-    "margin": PMLBaseline(
-        losses.MarginLoss, {"margin": 0.2, "nu": 0.0, "beta": 1.2, "learn_beta": True},
-        "margin loss with learned beta + distance-weighted sampling (Wu et al. 2017)",
-        needs=("num_classes",), miner_cls=miners.DistanceWeightedMiner,
-        miner_defaults={"cutoff": 0.5, "nonzero_loss_cutoff": 1.4},
-    ),
-    "fastap": PMLBaseline(losses.FastAPLoss, {"num_bins": 10}, "FastAP (Cakir et al. 2019)"),
-    "proxy_anchor": PMLBaseline(
-        losses.ProxyAnchorLoss, {"margin": 0.1, "alpha": 32.0}, "Proxy-Anchor (Kim et al. 2020)",
-        needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
-    ),
-    "snr": PMLBaseline(
-        losses.SignalToNoiseRatioContrastiveLoss, {"pos_margin": 0.0, "neg_margin": 1.0},
-        "signal-to-noise-ratio contrastive loss (Yuan et al. 2019)",
-    ),
-    "softtriple": PMLBaseline(
-        losses.SoftTripleLoss, {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01},
-        "SoftTriple (Qian et al. 2019)", needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
-    ),
-    "proxynca": PMLBaseline(
-        losses.ProxyNCALoss, {"softmax_scale": 1.0}, "ProxyNCA (Movshovitz-Attias et al. 2017)",
-        needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
-    ),
-    "normalized_softmax": PMLBaseline(
-        losses.NormalizedSoftmaxLoss, {"temperature": 0.05}, "normalized softmax (Zhai & Wu 2019)",
-        needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
-    ),
-    "circle": PMLBaseline(losses.CircleLoss, {"m": 0.4, "gamma": 80.0}, "Circle loss (Sun et al. 2020)"),
-    "supcon": PMLBaseline(losses.SupConLoss, {"temperature": 0.1}, "supervised contrastive (Khosla et al. 2020)"),
-    "mcl": PMLBaseline(
-        losses.ContrastiveLoss, {"pos_margin": 1.0, "neg_margin": 0.5},
-        "memory contrastive loss: contrastive (margin 0.5 on cosine similarity) over a cross-batch "
-        "memory (XBM, Wang et al. 2020; called MCL in PRISM/SGPS)",
-        fixed=cosine, memory=True,
-    ),
-    "roadmap": PMLBaseline(
-        RoadmapLoss, {"tau": 0.01, "rho": 100.0, "delta": 0.05, "calibration_weight": 0.5, "pos_margin": 0.9,
-                      "neg_margin": 0.6, "rank_approximation": "suprank"},
-        "ROADMAP: SupAP (smooth-rank AP, an upper bound of the AP loss) + calibration loss (Ramzi et al. 2021)",
-        loss_fields={
-            "tau": Field(float, 0.01, min=1e-6, help="sigmoid temperature of H^- (authors' code: 0.01)"),
-            "rho": Field(float, 100.0, min=0.0, help="slope of H^- past delta (authors' code: 100)"),
-            "delta": Field(float, 0.05, min=0.0, help="where H^- turns linear (authors' code: 0.05)"),
-            "calibration_weight": Field(float, 0.5, min=0.0, max=1.0,
-                                        help="lambda: (1 - lambda) (1 - SupAP) + lambda L_calibr (authors' config: 0.5)"),
-            "pos_margin": Field(float, 0.9, help="alpha of the calibration loss (authors' config: 0.9)"),
-            "neg_margin": Field(float, 0.6, help="beta of the calibration loss (authors' config: 0.6)"),
-            "rank_approximation": Field(str, "suprank", choices=RANK_APPROXIMATIONS,
-                                        help="suprank (ROADMAP's H^-) or sigmoid (Smooth-AP's, for comparison)"),
-        },
-    ),
-    "contextual": PMLBaseline(
-        ContextualLoss, {"k": 4, "epsilon": 0.05, "context_weight": 0.4, "reg_weight": 0.1, "reg_similarity": 0.25,
-                         "pos_margin": 0.75, "neg_margin": 0.6, "step_gradient": 10.0},
-        "contextual similarity loss + contrastive + similarity regulariser (Liao et al. 2023)",
-        loss_fields={
-            "k": Field(int, 4, min=1, help="neighbourhood size (authors' code: 4)"),
-            "epsilon": Field(float, 0.05, min=0.0, help="neighbourhood slack on squared distance (authors' code: 0.05)"),
-            "context_weight": Field(float, 0.4, min=0.0, max=1.0, help="lambda (authors' code: 0.4)"),
-            "reg_weight": Field(float, 0.1, min=0.0, max=1.0, help="gamma (authors' code: 0.1)"),
-            "reg_similarity": Field(float, 0.25, help="target mean similarity of L_reg (authors' code: 0.25)"),
-            "pos_margin": Field(float, 0.75, help="contrastive positive margin (authors' code: 0.75)"),
-            "neg_margin": Field(float, 0.6, help="contrastive negative margin (authors' code: 0.6)"),
-            "step_gradient": Field(float, 10.0, min=0.0,
-                                   help="the Heaviside's surrogate gradient (authors' code: 10)"),
-        },
-    ),
-    "rdml": PMLBaseline(
-        RescaledHingeContrastiveLoss, {"eta": 1.0, "pos_margin": 1.0, "neg_margin": 0.0},
-        "RDML: contrastive pair hinges, rescaled (Al-Obaidi et al. 2020; BSPML picks eta in {0.5, 1, 2, 3, 4})",
-        loss_fields={
-            "eta": Field(float, 1.0, min=1e-6, help="the rescaling (BSPML selects it from {0.5, 1, 2, 3, 4}; "
-                                                    "1.0 untuned: ours)"),
-            "pos_margin": Field(float, 1.0, help="ours: BSPML's contrastive margins, so only the rescaling differs"),
-            "neg_margin": Field(float, 0.0, help="ours: BSPML's contrastive margins"),
-        },
-    ),
-}
+# The baselines more than one method builds on (``ms`` and ``ms_rho1``; ``mcl``, ``prism`` and ``sgps``; ...). A
+# baseline used by one method lives in that method's module, ROADMAP's and the contextual loss's in their parts
+# (shared by the loss alone and SGPS around it): adding one, or editing it, touches no file another method imports.
+MS = PMLBaseline(
+    losses.MultiSimilarityLoss, {"alpha": 2.0, "beta": 50.0, "base": 0.5},
+    "multi-similarity loss + its miner (Wang et al. 2019)",
+    miner_cls=miners.MultiSimilarityMiner, miner_defaults={"epsilon": 0.1},
+)
+MCL = PMLBaseline(
+    losses.ContrastiveLoss, {"pos_margin": 1.0, "neg_margin": 0.5},
+    "memory contrastive loss: contrastive (margin 0.5 on cosine similarity) over a cross-batch "
+    "memory (XBM, Wang et al. 2020; called MCL in PRISM/SGPS)",
+    fixed=cosine, memory=True,
+)
+PROXY_ANCHOR = PMLBaseline(
+    losses.ProxyAnchorLoss, {"margin": 0.1, "alpha": 32.0}, "Proxy-Anchor (Kim et al. 2020)",
+    needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
+)
+SOFTTRIPLE = PMLBaseline(
+    losses.SoftTripleLoss, {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01},
+    "SoftTriple (Qian et al. 2019)", needs=("num_classes", "embedding_size"), lr_multiplier=100.0,
+)
+SUPCON = PMLBaseline(losses.SupConLoss, {"temperature": 0.1}, "supervised contrastive (Khosla et al. 2020)")
 
 
 #: How the memory contrastive loss reduces its pair losses to one number (neither paper says).

@@ -32,6 +32,8 @@ stage's ground truth (selection precision and recall), which PRISM never sees.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import numpy as np
@@ -41,6 +43,9 @@ from torch import nn
 
 from noisydml.methods.base import Batch, Decisions, EpochContext, Method, MethodSetup, MethodSpec
 from noisydml.schema import Field
+
+if TYPE_CHECKING:  # the base loss is built at run time (pml imports torch and pytorch-metric-learning)
+    from noisydml.methods.parts.pml import PMLBaseline
 
 
 class ClassCentreMemory(nn.Module):
@@ -175,17 +180,17 @@ PRISM_SCHEMA = {
 class PrismMethod(Method):
     """PRISM's selector in front of a base loss from :mod:`noisydml.methods.parts.pml`."""
 
-    def __init__(self, setup: MethodSetup, base_name: str):
+    def __init__(self, setup: MethodSetup, base: "PMLBaseline"):
         super().__init__(setup)
-        from noisydml.methods.parts.pml import BASELINES, PMLMethod
+        from noisydml.methods.parts.pml import PMLMethod
 
         hp = setup.hparams
         base_hparams = {"loss": hp["loss"], "memory_size": hp["memory_size"], "miner": {}}
-        if BASELINES[base_name].memory:  # a base with XBM's memory has its warm-up and reduction in prism_spec
+        if base.memory:  # a base with XBM's memory has its warm-up and reduction in prism_spec
             base_hparams["memory_warmup_steps"] = hp["memory_warmup_steps"]
             base_hparams["reduction"] = hp["reduction"]
         self.base = PMLMethod(MethodSetup(base_hparams, setup.num_classes, setup.embedding_dim, setup.dataset_size,
-                                          setup.train_labels, setup.seed), BASELINES[base_name])
+                                          setup.train_labels, setup.seed), base)
         self.memory = ClassCentreMemory(hp["memory_size"], setup.embedding_dim, setup.num_classes)
         self.threshold = SlidingThreshold(hp["noise_rate"], hp["window"], keep_unscorable=hp["unscorable"] == "keep",
                                           reset_on_fallback=hp["fallback_window"] == "reset")
@@ -254,11 +259,10 @@ class PrismMethod(Method):
         return float(self.hparams["lr_multiplier"])
 
 
-def selector_schema(base_name: str) -> dict[str, Field]:
-    """The hyper-parameters of PRISM's selector in front of the pml loss ``base_name`` (also SGPS's)."""
-    from noisydml.methods.parts.pml import BASELINES, REDUCTION_FIELD
+def selector_schema(base: "PMLBaseline") -> dict[str, Field]:
+    """The hyper-parameters of PRISM's selector in front of the pml loss ``base`` (also SGPS's)."""
+    from noisydml.methods.parts.pml import REDUCTION_FIELD
 
-    base = BASELINES[base_name]
     schema = {
         "loss": Field(dict, dict(base.loss_defaults)),
         "lr_multiplier": Field(float, base.lr_multiplier, min=0.0),
@@ -270,12 +274,13 @@ def selector_schema(base_name: str) -> dict[str, Field]:
     return schema
 
 
-def prism_spec(base_name: str, description: str) -> MethodSpec:
-    from noisydml.methods.parts.pml import BASELINES, loss_schema
+def prism_spec(base: "PMLBaseline", description: str) -> MethodSpec:
+    """PRISM's selector in front of the pml loss ``base`` (:class:`~noisydml.methods.parts.pml.PMLBaseline`)."""
+    from noisydml.methods.parts.pml import loss_schema
 
     return MethodSpec(
-        build=lambda setup: PrismMethod(setup, base_name),
-        schema=selector_schema(base_name),
+        build=lambda setup: PrismMethod(setup, base),
+        schema=selector_schema(base),
         description=description,
-        nested={"loss": loss_schema(BASELINES[base_name])},
+        nested={"loss": loss_schema(base)},
     )

@@ -43,6 +43,9 @@ import torch
 import torch.nn.functional as F
 from pytorch_metric_learning import distances, losses
 
+from noisydml.methods.parts.pml import PMLBaseline
+from noisydml.schema import Field
+
 RANK_APPROXIMATIONS = ("suprank", "sigmoid")
 
 
@@ -103,3 +106,22 @@ class RoadmapLoss(torch.nn.Module):
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         ap_loss = 1.0 - self.supap(embeddings, labels)
         return (1.0 - self.calibration_weight) * ap_loss + self.calibration_weight * self.calibration(embeddings, labels)
+
+
+#: roadmap as a pytorch-metric-learning-style baseline (the loss alone: ``roadmap``; SGPS around it: ``sgps_roadmap``).
+ROADMAP = PMLBaseline(
+    RoadmapLoss, {"tau": 0.01, "rho": 100.0, "delta": 0.05, "calibration_weight": 0.5, "pos_margin": 0.9,
+                  "neg_margin": 0.6, "rank_approximation": "suprank"},
+    "ROADMAP: SupAP (smooth-rank AP, an upper bound of the AP loss) + calibration loss (Ramzi et al. 2021)",
+    loss_fields={
+        "tau": Field(float, 0.01, min=1e-6, help="sigmoid temperature of H^- (authors' code: 0.01)"),
+        "rho": Field(float, 100.0, min=0.0, help="slope of H^- past delta (authors' code: 100)"),
+        "delta": Field(float, 0.05, min=0.0, help="where H^- turns linear (authors' code: 0.05)"),
+        "calibration_weight": Field(float, 0.5, min=0.0, max=1.0,
+                                    help="lambda: (1 - lambda) (1 - SupAP) + lambda L_calibr (authors' config: 0.5)"),
+        "pos_margin": Field(float, 0.9, help="alpha of the calibration loss (authors' config: 0.9)"),
+        "neg_margin": Field(float, 0.6, help="beta of the calibration loss (authors' config: 0.6)"),
+        "rank_approximation": Field(str, "suprank", choices=RANK_APPROXIMATIONS,
+                                    help="suprank (ROADMAP's H^-) or sigmoid (Smooth-AP's, for comparison)"),
+    },
+)

@@ -41,6 +41,8 @@ fresh Alg. 1 + 2 pass on the final model's training embeddings, ``bottom_up_labe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 
 import numpy as np
@@ -52,6 +54,9 @@ from noisydml.methods.base import Batch, Decisions, EpochContext, MethodSetup, M
 from noisydml.methods.parts.prism_selection import PrismMethod, selector_schema
 from noisydml.methods.parts.sgm import run_sgm
 from noisydml.schema import Field, ParamsError
+
+if TYPE_CHECKING:
+    from noisydml.methods.parts.pml import PMLBaseline
 
 PPMS = ("softmax", "mean", "max", "transproto")
 POSITIVE_RULES = ("both", "bottom_up", "top_down")
@@ -163,8 +168,8 @@ class Groups:
 class SgpsMethod(PrismMethod):
     """PCS + clean loss (:class:`PrismMethod`) + L_noise on the rejected samples; see the module docstring."""
 
-    def __init__(self, setup: MethodSetup, base_name: str):
-        super().__init__(setup, base_name)
+    def __init__(self, setup: MethodSetup, base: "PMLBaseline"):
+        super().__init__(setup, base)
         hp = setup.hparams
         n, d = setup.dataset_size, setup.embedding_dim
         self.register_buffer("bank", torch.zeros(n, d))
@@ -387,10 +392,11 @@ class SgpsMethod(PrismMethod):
         return out
 
 
-def sgps_spec(base_name: str, description: str) -> MethodSpec:
-    from noisydml.methods.parts.pml import BASELINES, loss_schema
+def sgps_spec(base: "PMLBaseline", description: str) -> MethodSpec:
+    """SGPS around the pml loss ``base`` (L_clean; :class:`~noisydml.methods.parts.pml.PMLBaseline`)."""
+    from noisydml.methods.parts.pml import loss_schema
 
-    schema = {**selector_schema(base_name), **SGPS_SCHEMA}
+    schema = {**selector_schema(base), **SGPS_SCHEMA}
 
     def validate(hp: dict, where: str) -> None:
         if hp["sgm"]["lambda_min"] > hp["sgm"]["lambda_max"]:
@@ -400,9 +406,9 @@ def sgps_spec(base_name: str, description: str) -> MethodSpec:
             raise ParamsError(f"{where}.noise_rate: 0 rejects nothing, so L_noise never applies; allowed: (0, 0.99]")
 
     return MethodSpec(
-        build=lambda setup: SgpsMethod(setup, base_name),
+        build=lambda setup: SgpsMethod(setup, base),
         schema=schema,
         description=description,
-        nested={"loss": loss_schema(BASELINES[base_name]), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA},
+        nested={"loss": loss_schema(base), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA},
         validate=validate,
     )

@@ -1,0 +1,171 @@
+"""Which DVC stages one edit makes stale, measured with DVC itself (``dvc status``) in a fresh clone.
+
+    python scripts/stale_by_edit.py                 # the default grid: every edit of EDITS, one table
+    python scripts/stale_by_edit.py --list          # also the stale stages' names
+    python scripts/stale_by_edit.py --repo PATH     # another checkout (e.g. an older commit's clone)
+
+For each edit: clone the repository (its committed state) into a temporary folder, run ``dvc status --json``,
+make the edit, run the digest stages where dvc.yaml has them (``method_code``: each method's code; ``chain_code``:
+a tuned chain's lineage; they decide which training stages see an edit, and train nothing), then ``dvc status
+--json`` again. A stage counts as stale when the edit added an entry to its status: a dependency or a params key
+changed. Comparing with the status before the edit leaves out what a clone lacks anyway (outputs that are not in
+git are reported as deleted in both).
+
+The edits are the issue's table (tests/test_stage_scope.py asserts the same on a grid with every template on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+#: The stages that digest what a training stage runs (dvc.yaml: each method's code, a tuned chain's lineage); they
+#: train nothing, and are run before the status is read (absent before they were introduced).
+DIGEST_STAGES = ("method_code", "chain_code")
+
+NEW_PML_METHOD = '''"""``lifted``: a pytorch-metric-learning baseline added by the stale-stages measurement (not a real method)."""
+
+from pytorch_metric_learning import losses
+
+from noisydml.methods.parts.pml import PMLBaseline, baseline_spec
+
+SPEC = baseline_spec(PMLBaseline(losses.GeneralizedLiftedStructureLoss, {"neg_margin": 1.0, "pos_margin": 0.0},
+                                 "generalised lifted structure loss (Hermans et al. 2017)"))
+'''
+
+
+def _append(path: str, text: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        with open(root / path, "a") as f:
+            f.write(text)
+    return edit
+
+
+def _new_pml_method(root: Path) -> None:
+    """The route docs/extending.md gives: a method file and its params entry, grid.methods unchanged."""
+    (root / "src/noisydml/methods/lifted.py").write_text(NEW_PML_METHOD)
+    params = root / "params.yaml"
+    text = params.read_text()
+    anchor = "\nmethods:\n"
+    assert anchor in text, "params.yaml has no top-level methods section"
+    params.write_text(text.replace(anchor, anchor + "  lifted:\n    loss: {neg_margin: 1.0, pos_margin: 0.0}\n"
+                                   "    lr_multiplier: 1.0\n", 1))
+    pyproject = root / "pyproject.toml"  # the method-independence contract lists every method module
+    pyproject.write_text(pyproject.read_text().replace('"noisydml.methods.contrastive",',
+                                                       '"noisydml.methods.contrastive", "noisydml.methods.lifted",'))
+
+
+def _set_runtime(key: str, value: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        params = root / "params.yaml"
+        lines = params.read_text().splitlines(keepends=True)
+        inside = False
+        for i, line in enumerate(lines):
+            if line.startswith("runtime:"):
+                inside = True
+            elif inside and line.startswith(f"  {key}:"):
+                comment = line.split("#", 1)[1] if "#" in line else "\n"
+                lines[i] = f"  {key}: {value}  #{comment}" if "#" in line else f"  {key}: {value}\n"
+                break
+            elif inside and line.strip() and not line.startswith(" "):
+                raise SystemExit(f"params.yaml: runtime.{key} not found")
+        params.write_text("".join(lines))
+    return edit
+
+
+#: The issue's edits: (label, edit of a clone's working tree).
+EDITS: list[tuple[str, Callable[[Path], None]]] = [
+    ("a comment in tuning.py", _append("src/noisydml/tuning.py", "# a comment\n")),
+    ("a comment in SGPS's parts file", _append("src/noisydml/methods/parts/sgps.py", "# a comment\n")),
+    ("a new method over a PML loss (grid.methods unchanged)", _new_pml_method),
+    ("a comment in pipeline/check.py", _append("src/noisydml/pipeline/check.py", "# a comment\n")),
+    ("a comment in reporting/figures.py", _append("src/noisydml/reporting/figures.py", "# a comment\n")),
+    ("runtime.amp: true", _set_runtime("amp", "true")),
+]
+
+
+def dvc(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """DVC in ``root``; its stages run this interpreter and the package of ``root`` (``env``: the environment to
+    start from)."""
+    exe = Path(sys.executable).parent / "dvc"
+    env = {**(env or os.environ), "DVC_NO_ANALYTICS": "1", "PYTHONPATH": str(root / "src"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{(env or os.environ).get('PATH', '')}"}
+    return subprocess.run([str(exe) if exe.exists() else "dvc", *args], cwd=root, capture_output=True, text=True,
+                          env=env)
+
+
+def status_entries(root: Path, env: dict | None = None) -> dict[str, set[str]]:
+    """``dvc status --json`` as stage -> its status entries, each a string (kind + path or key)."""
+    proc = dvc(root, "status", "--json", env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"dvc status failed in {root}:\n{proc.stderr[-2000:]}")
+    out: dict[str, set[str]] = {}
+    for stage, entries in json.loads(proc.stdout or "{}").items():
+        flat = set()
+        for entry in entries:
+            if isinstance(entry, str):
+                flat.add(entry)
+                continue
+            for kind, changes in entry.items():
+                if isinstance(changes, dict):
+                    flat.update(f"{kind}: {path} {what}" for path, what in changes.items())
+                else:
+                    flat.add(f"{kind}: {changes}")
+        out[stage] = flat
+    return out
+
+
+def stale_after(root: Path, edit: Callable[[Path], None], env: dict | None = None,
+                names: list[str] | None = None) -> list[str]:
+    """The stages ``edit`` makes stale in ``root`` (a checkout with a dvc.lock), by dvc status before and after;
+    ``names``: the stages of ``root``, where its status is known to be clean before the edit (then not read)."""
+    before = status_entries(root, env) if names is None else {}
+    edit(root)
+    names = names or dvc(root, "stage", "list", "--name-only", env=env).stdout.split()
+    digests = [name for name in names if name.split("@")[0] in DIGEST_STAGES]
+    if digests:
+        proc = dvc(root, "repro", "--single-item", *digests, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"dvc repro {' '.join(digests)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    after = status_entries(root, env)
+    return sorted(s for s, entries in after.items()
+                  if s.split("@")[0] not in DIGEST_STAGES and entries - before.get(s, set()))
+
+
+def clone(source: Path, into: Path) -> Path:
+    subprocess.run(["git", "clone", "-q", str(source), str(into)], check=True)
+    return into
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, default=REPO, help="the repository to clone (default: this one)")
+    parser.add_argument("--list", action="store_true", help="print the stale stages' names too")
+    args = parser.parse_args(argv)
+    total = len(dvc(clone(args.repo, Path(tempfile.mkdtemp()) / "r"), "stage", "list", "--name-only").stdout.split())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.repo, capture_output=True, text=True)
+    print(f"{args.repo} ({commit.stdout.strip()}): {total} stages\n")
+    print("| edit | stale stages |\n|---|---|")
+    for label, edit in EDITS:
+        tmp = Path(tempfile.mkdtemp())
+        try:
+            stale = stale_after(clone(args.repo, tmp / "r"), edit)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        groups = sorted({s.split("@")[0] for s in stale})
+        print(f"| {label} | {len(stale)} ({', '.join(groups) or 'none'}) |")
+        if args.list:
+            print("|  | " + " ".join(stale) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

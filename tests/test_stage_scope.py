@@ -1,0 +1,135 @@
+"""A change re-runs what it touches, and only that: each edit of the issue's table, made in a copy of this repository
+whose grid instantiates every template of dvc.yaml, marks exactly the stages whose behaviour can change, as DVC
+itself reports it (`dvc status`, after the digest stages have run: `method_code`, each method's code, and `chain_code`, a tuned
+chain's lineage; they train nothing).
+
+The copy's dvc.lock is recorded by `dvc commit` over placeholder outputs (training would take minutes): what DVC
+compares after an edit is the dependencies and params, which are real. scripts/stale_by_edit.py measures the same
+table on the default grid.
+"""
+
+import importlib.util
+import shutil
+import subprocess
+
+import pytest
+from dvc.repo import Repo
+from dvc.utils.hydra import apply_overrides
+
+from conftest import REPO
+from noisydml.pipeline.rehearsal import run_checked, stage_env
+
+pytestmark = pytest.mark.e2e
+
+_spec = importlib.util.spec_from_file_location("stale_by_edit", REPO / "scripts" / "stale_by_edit.py")
+stale_by_edit = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stale_by_edit)
+
+#: Every template of dvc.yaml on, one item each where it can: one noise, the methods the default chains and BSPML's
+#: maps train from (their chains at that noise kept), a run-sourced noise, one point of each figure, one tuned
+#: method and one tuned chain, one timing entry.
+EVERY_TEMPLATE = [
+    "grid.noises=[sym50]", "grid.methods=[ms,prism,sgps,bspml,spa_confidence]",
+    "~chains.smooth_proxy_anchor_clean", "~chains.smooth_proxy_anchor_sc50",
+    "grid.run_noises=[sc50_ms]",
+    "+noise_runs.glyphs-sc50_ms={dataset: glyphs, noise: sc50_ms, run: {noise: sym50, method: ms, seed: 0}}",
+    "figures.embedding_size.dims=[16]", "figures.embedding_size.methods=[bspml]",
+    "figures.bspml_cells.lambdas=[3.0]", "figures.bspml_cells.mus=[20]", "figures.sgps_ablations.train=[both]",
+    "tuning.noises=[sym50]", "tuning.methods=[prism]", "tuning.chains=[smooth_proxy_anchor]",
+    "+timing.entries.ms={label: MS, method: ms, hparams: {}}",
+]
+#: File-like outputs (the rest are folders).
+FILE_SUFFIXES = (".json", ".csv", ".png", ".pdf", ".md", ".tex")
+
+
+def _placeholder(path):
+    """A file or a folder with one file at ``path`` (an output or a dependency no stage writes here)."""
+    if path.exists():
+        return
+    if path.suffix in FILE_SUFFIXES:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("placeholder\n")
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "placeholder").write_text("placeholder\n")
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """A copy of the repository with every template on, its lock recorded by `dvc commit`; and its environment
+    (its own package first on PYTHONPATH, so the method_code stage digests the copy's code)."""
+    root = tmp_path_factory.mktemp("scope") / "repo"
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    for name in tracked:
+        if name.startswith((".dvc/", "runs/", "metrics/", "reports/", "data/")) or not (REPO / name).is_file():
+            continue
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, root / name)
+    (root / "dvc.lock").unlink(missing_ok=True)
+    apply_overrides(root / "params.yaml", EVERY_TEMPLATE)
+    Repo.init(root, no_scm=True)
+    env = {**stage_env(), "PYTHONPATH": str(root / "src")}
+    run_checked(["dvc", "repro", "method_code", "chain_code"], root, env)
+    with Repo(root) as repo:
+        stages = list(repo.index.stages)
+        for stage in stages:
+            for out in stage.outs:
+                _placeholder(root / str(out.def_path))
+        for stage in stages:
+            for dep in stage.deps:
+                if not str(dep.def_path).startswith(("src/", "stages/")):
+                    _placeholder(root / str(dep.def_path))
+        names = sorted(s.name for s in stages)
+    run_checked(["dvc", "commit", "--force", "--quiet"], root, env)
+    assert subprocess.run(["dvc", "status", "--quiet"], cwd=root, env=env).returncode == 0
+    templates = {name.split("@")[0] for name in names}
+    assert templates >= {"download", "prepare", "pretrain", "corrupt", "corrupt_from_run", "method_code", "chain_code",
+                         "train",
+                         "train_on_run_noise", "train_embedding_size", "train_bspml_cell", "train_sgps_ablation",
+                         "evaluate", "train_chain", "tune", "train_tuned", "tune_chain", "train_tuned_chain", "timing",
+                         "bspml_maps", "report"}, templates
+    return root, env, names
+
+
+def _stale(committed, tmp_path, label):
+    root, env, names = committed
+    copy = tmp_path / "repo"
+    shutil.copytree(root, copy, symlinks=True)
+    edit = dict(stale_by_edit.EDITS)[label]
+    stale = stale_by_edit.stale_after(copy, edit, env={**env, "PYTHONPATH": str(copy / "src")}, names=names)
+    return set(stale), names
+
+
+def test_a_comment_in_tuning_re_runs_the_tune_stages_and_the_tuned_runs_only(committed, tmp_path):
+    stale, names = _stale(committed, tmp_path, "a comment in tuning.py")
+    assert stale == {n for n in names if n.split("@")[0] in ("tune", "tune_chain", "train_tuned", "train_tuned_chain")}
+
+
+def test_a_comment_in_sgps_parts_re_runs_the_sgps_family_only(committed, tmp_path):
+    """The SGPS runs (grid, run-sourced noise, its ablation, the chain that trains sgps); not PRISM (whose parts
+    SGPS imports, not the other way), not evaluate (it re-runs when a run's folder changes: what depends on them)."""
+    stale, names = _stale(committed, tmp_path, "a comment in SGPS's parts file")
+    assert stale == {"train@glyphs-sym50-sgps-0", "train_on_run_noise@glyphs-sc50_ms-sgps-0",
+                     "train_sgps_ablation@both-0", "train_chain@sgps_posterior"}
+
+
+def test_a_new_pml_method_re_runs_nothing(committed, tmp_path):
+    stale, _ = _stale(committed, tmp_path, "a new method over a PML loss (grid.methods unchanged)")
+    assert stale == set()
+
+
+def test_a_cross_section_rule_re_runs_nothing(committed, tmp_path):
+    stale, _ = _stale(committed, tmp_path, "a comment in pipeline/check.py")
+    assert stale == set()
+
+
+def test_a_comment_in_the_figures_re_runs_the_report_only(committed, tmp_path):
+    stale, _ = _stale(committed, tmp_path, "a comment in reporting/figures.py")
+    assert stale == {"report"}
+
+
+def test_amp_re_runs_every_training_stage_and_nothing_else(committed, tmp_path):
+    stale, names = _stale(committed, tmp_path, "runtime.amp: true")
+    training = ("train", "train_on_run_noise", "train_embedding_size", "train_bspml_cell", "train_sgps_ablation",
+                "train_chain", "tune", "train_tuned", "tune_chain", "train_tuned_chain", "timing")
+    assert stale == {n for n in names if n.split("@")[0] in training}
