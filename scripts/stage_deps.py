@@ -57,28 +57,29 @@ def relative(paths) -> list[str]:
 SCRIPT_OF = {"train_chain": "train", "train_on_run_noise": "train", "train_embedding_size": "train",
              "train_bspml_cell": "train", "train_sgps_ablation": "train", "train_tuned": "train_tuned",
              "train_tuned_chain": "train_tuned", "tune_chain": "tune", "corrupt_from_run": "corrupt"}
-#: A stage's first line in dvc.yaml: ``  <name>:``, maybe with a YAML anchor (``  train: &train_stage``).
-#: A method's own module, e.g. ``src/noisydml/methods/bspml.py``.
-METHOD_MODULE = re.compile(r"^src/noisydml/methods/[A-Za-z_]\w*\.py$")
 #: A study's own module, e.g. ``src/noisydml/studies/bspml.py`` (a stage of that study's runs imports it by name).
 STUDY_MODULE = re.compile(r"^src/noisydml/studies/[A-Za-z_]\w*\.py$")
 #: The folder dep of a stage that imports every study by name (evaluate, report).
 STUDIES = "src/noisydml/studies"
-#: The folder dep of a stage that may train any method (a tuned chain: DVC's templates cannot look up its method).
+#: The folder dep of the stage that digests every method's code (method_code: it imports each method by name).
 METHODS = "src/noisydml/methods"
 
 
 def study_modules() -> list[Path]:
     """Every study's module (imported by name at run time, so not in an import closure)."""
     return sorted(p for p in (REPO / STUDIES).glob("*.py") if p.stem not in ("__init__", "base"))
+
+
+#: A stage's first line in dvc.yaml: ``  <name>:``, maybe with a YAML anchor (``  train: &train_stage``).
 STAGE_LINE = re.compile(r"^  ([A-Za-z_][\w-]*):(\s+&[\w-]+)?\s*$")
 
 
 def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
     """Rewrite the code deps (src/..., stages/...) of every stage of dvc.yaml to its closure; True if changed.
 
-    Templated deps (``${...}``: a method's module), a method's module named outright
-    (``src/noisydml/methods/bspml.py``) and ``src/noisydml/methods/parts`` are kept as they are."""
+    Templated deps (``${...}``), a study's module named outright (``src/noisydml/studies/bspml.py``) and the
+    folder deps standing for what a stage imports by name (``src/noisydml/studies``, ``src/noisydml/methods``) are
+    kept as they are."""
     lines = path.read_text().splitlines(keepends=True)
     out, stage, i = [], None, 0
     while i < len(lines):
@@ -90,35 +91,32 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
         if line.strip() == "deps:" and stage:
             indent = line[: len(line) - len(line.lstrip())] + "  "
             j = i + 1
-            kept, named_methods, every_study, every_method = [], [], False, False
+            kept, named_studies, every_study, every_method = [], [], False, False
             while j < len(lines) and lines[j].startswith(indent + "- "):
                 dep = lines[j].strip()[2:]
-                if (METHOD_MODULE.match(dep) or STUDY_MODULE.match(dep)) and not dep.endswith(("/__init__.py", "/base.py")):
-                    named_methods.append(lines[j])
+                if STUDY_MODULE.match(dep) and not dep.endswith(("/__init__.py", "/base.py")):
+                    named_studies.append(lines[j])
                     j += 1
                     continue
                 if dep == STUDIES:
                     every_study = True
                 if dep == METHODS:
                     every_method = True
-                if dep.startswith(("src/", "stages/")) and "${" not in dep and dep not in ("src/noisydml/methods/parts",
-                                                                                           STUDIES, METHODS):
+                if dep.startswith(("src/", "stages/")) and "${" not in dep and dep not in (STUDIES, METHODS):
                     j += 1
                     continue
                 kept.append(lines[j])
                 j += 1
             script = REPO / "stages" / f"{SCRIPT_OF.get(stage, stage)}.py"
-            studies = [REPO / line.strip()[2:] for line in named_methods if STUDY_MODULE.match(line.strip()[2:])]
+            studies = [REPO / line.strip()[2:] for line in named_studies]
             if every_study:  # the stage imports every study by name (src/noisydml/studies, a folder dep)
                 studies += study_modules()
             code = relative(closure(script, *studies))  # a named study's module: its imports are the stage's too
             if every_study:  # the folder dep stands for every file in it
                 code = [f for f in code if not f.startswith(STUDIES + "/")]
-            if every_method:
+            if every_method:  # the folder dep stands for every file in it
                 code = [f for f in code if not f.startswith(METHODS + "/")]
-                named_methods = [line for line in named_methods if not STUDY_MODULE.match(line.strip()[2:])]
-            # a method's module named outright (a stage that trains one fixed method) is kept like a templated one
-            kept = [line for line in named_methods if line.strip()[2:] not in code] + kept
+            kept = [line for line in named_studies if line.strip()[2:] not in code] + kept
             out += [f"{indent}- {f}\n" for f in code] + kept
             i = j
             continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from noisydml import io
-from noisydml.closure import closure, file_digests
+from noisydml.closure import file_digests, module_closure
 from noisydml.methods import method_names
 
 #: The stage's output folder, relative to the repository root.
@@ -22,8 +22,7 @@ METHOD_CODE = Path("code/methods")
 
 def method_code(name: str) -> dict:
     """``{"method", "files": {path: sha256}}``: the files method ``name``'s module runs (paths under src/)."""
-    module = Path(__file__).resolve().parents[1] / "methods" / f"{name}.py"
-    return {"method": name, "files": file_digests(closure(module))}
+    return {"method": name, "files": file_digests(module_closure(f"noisydml.methods.{name}"))}
 
 
 def write_method_code(folder: Path = METHOD_CODE) -> list[str]:
