@@ -88,7 +88,7 @@ EDITS: list[tuple[str, Callable[[Path], None]]] = [
     ("a new method over a PML loss (grid.methods unchanged)", _new_pml_method),
     ("a comment in pipeline/check.py", _append("src/noisydml/pipeline/check.py", "# a comment\n")),
     ("a comment in reporting/figures.py", _append("src/noisydml/reporting/figures.py", "# a comment\n")),
-    ("runtime.amp: true", _set_runtime("amp", "true")),
+    ("runtime.amp: bfloat16", _set_runtime("amp", "bfloat16")),
 ]
 
 

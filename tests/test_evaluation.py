@@ -103,3 +103,64 @@ def test_search_device_auto_falls_back_to_the_cpu_and_says_so(capsys):
     rng = np.random.default_rng(0)
     emb, labels = rng.normal(size=(40, 8)).astype(np.float32), np.repeat(np.arange(8), 5)
     assert retrieval.retrieval_metrics(emb, labels, device="auto") == retrieval.retrieval_metrics(emb, labels)
+    with pytest.raises(RuntimeError, match="evaluate.device: 'cuda', but torch sees no CUDA device here"):
+        retrieval.search_device("cuda")
+
+
+@pytest.mark.parametrize("k", [1, 5, 99, 100, 101, 1023])
+def test_torch_knn_returns_faiss_l2_neighbours_ties_included(k):
+    """Exactly representable vectors (small integers): every distance is exact, so ties are real and plentiful;
+    the torch search must pick and order them as faiss's IndexFlatL2 does ((distance, index) order), whatever
+    its block size."""
+    import faiss
+    import torch
+    from pytorch_metric_learning.utils.inference import FaissKNN
+
+    from noisydml.evaluation.retrieval import TorchKNN
+    from noisydml.neighbours import exact_topk
+
+    x = np.random.default_rng(0).integers(-2, 3, (3000, 8)).astype(np.float32)
+    index = faiss.IndexFlatL2(8)
+    index.add(x)
+    distances, ids = index.search(x, k)
+    for block_bytes in (1 << 30, 1 << 18):  # one block; 4 query rows a block
+        d, i = exact_topk(torch.from_numpy(x), torch.from_numpy(x), k, "l2", block_bytes=block_bytes)
+        assert np.array_equal(i.numpy(), ids) and np.array_equal(d.numpy(), distances)
+    # through pytorch-metric-learning's knn_func interface, the query excluded from its own neighbours
+    xt = torch.from_numpy(x)
+    d1, i1 = FaissKNN()(xt, k, xt, True)
+    d2, i2 = TorchKNN(block_bytes=1 << 20)(xt, k, xt, True)
+    assert torch.equal(i1, i2) and torch.equal(d1, d2)
+
+
+def test_torch_inner_product_search_takes_the_lowest_tied_indices():
+    import torch
+
+    from noisydml.neighbours import exact_topk
+
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [0.5, 0.0]])
+    scores, index = exact_topk(x[:1], x, 2, "ip")
+    assert index.tolist() == [[0, 2]] and scores.tolist() == [[1.0, 1.0]]
+    scores, index = exact_topk(x[:1], x, 4, "ip")
+    assert index.tolist() == [[0, 2, 3, 4]]
+    with pytest.raises(ValueError, match="metric 'cos'; allowed: l2, ip"):
+        exact_topk(x, x, 1, "cos")
+
+
+def test_torch_search_gives_faiss_metrics_on_trained_like_embeddings():
+    """Clustered embeddings (as a trained model's): the torch search's metrics against faiss's. Distances differ in
+    the last float bits (another product kernel), so only near-ties may swap: P@1 and Recall@K equal, the
+    rank-averaged metrics within 1e-4."""
+    from noisydml.evaluation.retrieval import retrieval_metrics
+
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(60), 25)
+    centres = rng.normal(size=(60, 32))
+    emb = (centres[labels] + 0.6 * rng.normal(size=(len(labels), 32))).astype(np.float32)
+    faiss_metrics = retrieval_metrics(emb, labels, recall_at=(1, 2, 4, 8), nmi=False)
+    torch_metrics = retrieval_metrics(emb, labels, recall_at=(1, 2, 4, 8), nmi=False, knn="torch")
+    assert faiss_metrics.keys() == torch_metrics.keys()
+    for name, value in faiss_metrics.items():
+        assert torch_metrics[name] == pytest.approx(value, abs=1e-4), name
+    for name in ("precision_at_1", "recall_at_1", "recall_at_8"):
+        assert torch_metrics[name] == faiss_metrics[name]

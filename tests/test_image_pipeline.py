@@ -15,7 +15,7 @@ from PIL import Image
 
 from noisydml.config import load_params
 from noisydml.data import DatasetError
-from noisydml.data.images import ImageFiles, InputPipeline, InputTransform, images_to_tensor
+from noisydml.data.images import ImageFiles, InputPipeline, InputTransform, images_to_tensor, worker_shares
 from noisydml.data.prepared import PreparedDataset, class_order
 from noisydml.data.registry import prepare_dataset
 from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
@@ -121,6 +121,17 @@ def test_training_inputs_are_augmented_and_seeded_per_sample(tmp_path):
     regrouped = torch.cat(list(InputPipeline(InputTransform(crop=64, resize=72), seed=3, workers=2)
                                .train_batches(files, [np.array([5, 0]), np.array([4, 1, 3, 2])], epoch=0)))
     assert torch.equal(regrouped, e0[[5, 0, 4, 1, 3, 2]])
+    # workers persist across passes; an extra batch fetched while a training pass is under way (a method's extra
+    # rows) takes its own loader; eval passes go on after both; each batch split over the workers comes back whole
+    pooled = InputPipeline(InputTransform(crop=64, resize=72), seed=3, workers=2)
+    for _ in range(2):
+        train = pooled.train_batches(files, batches, epoch=0)
+        first = next(train)
+        extra = next(iter(pooled.train_batches(files, [np.array([2, 4, 1])], epoch=1, purpose="extra")))
+        assert torch.equal(torch.cat([first, next(train)]), e0)
+        assert torch.equal(extra, e1[[2, 4, 1]])
+    assert torch.equal(torch.cat(list(pooled.eval_batches(files, 4))), torch.cat(list(pipe.eval_batches(files, 4))))
+    assert [len(s) for s in worker_shares(list(range(7)), 3)] == [2, 3, 2] and worker_shares([0], 4) == [[0]]
     # the caller's RNG stream is untouched
     torch.manual_seed(0)
     list(pipe.train_batches(files, batches, epoch=0))

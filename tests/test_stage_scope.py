@@ -129,7 +129,7 @@ def test_a_comment_in_the_figures_re_runs_the_report_only(committed, tmp_path):
 
 
 def test_amp_re_runs_every_training_stage_and_nothing_else(committed, tmp_path):
-    stale, names = _stale(committed, tmp_path, "runtime.amp: true")
+    stale, names = _stale(committed, tmp_path, "runtime.amp: bfloat16")
     training = ("train", "train_on_run_noise", "train_embedding_size", "train_bspml_cell", "train_sgps_ablation",
                 "train_chain", "tune", "train_tuned", "tune_chain", "train_tuned_chain", "timing")
     assert stale == {n for n in names if n.split("@")[0] in training}

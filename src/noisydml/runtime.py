@@ -18,6 +18,10 @@ from noisydml.schema import Field, check_section
 #: stage (seconds since the epoch); the stage's timing record starts there instead of at the process's start.
 STAGE_STARTED = "NOISYDML_STAGE_STARTED"
 
+#: ``runtime.amp``: the forward's precision on CUDA: ``float32`` (no autocast), or autocast to ``float16`` /
+#: ``bfloat16``. Not ``off``: DVC (YAML 1.2) writes it unquoted, and a YAML 1.1 reader (PyYAML) then reads false.
+AMP_CHOICES = ("float32", "float16", "bfloat16")
+
 RUNTIME_SCHEMA = {
     "device": Field(str, "auto", choices=("auto", "cpu", "cuda"),
                     help="auto = CUDA when present (says so when it falls back to the CPU)"),
@@ -34,7 +38,9 @@ RUNTIME_SCHEMA = {
     "loader_workers": Field(int, 0, min=-1, help="DataLoader worker processes decoding file-stored images (0 = in "
                                                   "the training process; -1 = one per CPU core but one, counted "
                                                   "where the run starts); results do not depend on it"),
-    "amp": Field(bool, False, help="CUDA: automatic mixed precision (float16 forward, gradient scaling); off on CPU"),
+    "amp": Field(str, "float32", choices=AMP_CHOICES,
+                 help="CUDA: the network's forward in float32, or under autocast to float16 (with gradient scaling) "
+                      "or bfloat16 (no scaling needed); losses stay float32; float32 on the CPU"),
     "channels_last": Field(bool, False, help="CUDA: channels-last memory format for the network; off on CPU"),
     "cudnn_benchmark": Field(bool, False, help="CUDA: cuDNN autotuner (off when deterministic); off on CPU"),
     "processes": Field(int, 1, min=1, help="ours: processes training one run with DDP (torchrun; NCCL on CUDA, one "

@@ -147,6 +147,10 @@ class MlflowTracker:
         try:
             self._client = client_for(tracking_uri())
             self.run_id = self._open(run_id)
+        except ImportError as e:  # a machine without MLflow (a GPU machine given only the training path's wheels)
+            print(f"note: MLflow is not installed here ({e}); this run is not tracked (pip install mlflow); "
+                  "its DVC outputs are the same")
+            self._client = None
         except Exception as e:  # noqa: BLE001 - tracking must never stop a stage
             _warn("start", e)
             self._client = None

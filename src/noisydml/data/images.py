@@ -7,7 +7,10 @@ Two stores sit behind one interface (:class:`InputPipeline`), so the trainer nev
   the converted-once tensors of earlier versions (the conversion is element-wise).
 - **files** (:class:`ImageFiles`): the real benchmarks. Nothing is held but the paths; every item is decoded
   when a batch needs it, in a ``torch.utils.data.DataLoader`` with ``runtime.loader_workers`` workers (pinned
-  memory on CUDA), whose batch sampler is the trainer's precomputed P x K batches. Training inputs get the
+  memory on CUDA), whose batch sampler is the trainer's precomputed P x K batches. With workers, each batch is
+  split into one contiguous share per worker and put back together in order, so a batch -- and a method's extra
+  rows, fetched in the middle of a step -- is decoded by all of them at once rather than by one; the training
+  loaders' workers persist for the whole run (no process start per epoch or per step). Training inputs get the
   papers' augmentation (``RandomResizedCrop(crop, scale=(scale_min, 1))`` + horizontal flip), evaluation
   inputs ``Resize(resize)`` + ``CenterCrop(crop)``; both are normalised with the statistics the backbone's
   weights expect (``train.input.normalisation``).
@@ -20,7 +23,7 @@ bit-exact.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -192,6 +195,27 @@ def _worker_init(_: int) -> None:
     torch.set_num_threads(1)
 
 
+class _Batches:
+    """A batch sampler whose batches are set before each pass: a persistent DataLoader keeps its workers and takes
+    the next pass's batches from here."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[int, int]]] = []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def worker_shares(batch: list, workers: int) -> list[list]:
+    """``batch`` cut into at most ``workers`` contiguous shares of near-equal size, in order."""
+    parts = min(max(workers, 1), len(batch))
+    bounds = np.linspace(0, len(batch), parts + 1).round().astype(int)
+    return [batch[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
 @dataclass
 class InputPipeline:
     """Batches of network inputs from either store (see the module docstring)."""
@@ -200,28 +224,55 @@ class InputPipeline:
     seed: int = 0
     workers: int = 0
     pin_memory: bool = False
+    _persistent: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_params(cls, train_cfg: dict, runtime: dict, seed: int, device: torch.device | None = None):
         return cls(input_transform(train_cfg), seed, loader_workers(runtime),
                    pin_memory=device is not None and device.type == "cuda")
 
-    def _loader(self, files: ImageFiles, batches: list[list[tuple[int, int]]]):
+    def _new_loader(self, files: ImageFiles, batch_sampler, persistent: bool):
         return torch.utils.data.DataLoader(
-            _FileDataset(files, self.transform, self.seed), batch_sampler=batches, num_workers=self.workers,
-            pin_memory=self.pin_memory, worker_init_fn=_worker_init if self.workers else None,
+            _FileDataset(files, self.transform, self.seed), batch_sampler=batch_sampler, num_workers=self.workers,
+            # with workers the shares are pinned once put together (below)
+            pin_memory=self.pin_memory and not self.workers, worker_init_fn=_worker_init if self.workers else None,
+            persistent_workers=persistent and self.workers > 0,
             # the loader draws a base seed per iteration (unused: crops are seeded per sample); from its own
             # generator, so the caller's RNG stream does not depend on which store the images are in
             generator=torch.Generator().manual_seed(self.seed),
         )
 
-    def train_batches(self, images, batches: list[np.ndarray], epoch: int) -> Iterator[torch.Tensor]:
-        """The inputs of ``batches`` (row indices of ``images``) of training epoch ``epoch``, in order."""
+    def _load(self, files: ImageFiles, batches: list[list[tuple[int, int]]], purpose: str) -> Iterator[torch.Tensor]:
+        """The decoded ``batches`` in order. ``purpose`` (``train``, ``extra``: persistent loaders, one per purpose
+        and image store, since an extra batch is loaded while a training pass is under way; ``eval``: a loader per
+        pass) picks the loader."""
+        if not self.workers:
+            yield from self._new_loader(files, batches, persistent=False)
+            return
+        shares = [worker_shares(batch, self.workers) for batch in batches]
+        flat = [share for batch in shares for share in batch]
+        if purpose == "eval":
+            loader = self._new_loader(files, flat, persistent=False)
+        else:
+            key = (purpose, id(files))
+            if key not in self._persistent:
+                self._persistent[key] = (files, self._new_loader(files, _Batches(), persistent=True))
+            loader = self._persistent[key][1]
+            loader.batch_sampler.batches = flat
+        parts = iter(loader)
+        for batch in shares:
+            x = torch.cat([next(parts) for _ in batch])
+            yield x.pin_memory() if self.pin_memory else x
+
+    def train_batches(self, images, batches: list[np.ndarray], epoch: int,
+                      purpose: str = "train") -> Iterator[torch.Tensor]:
+        """The inputs of ``batches`` (row indices of ``images``) of training epoch ``epoch``, in order
+        (``purpose="extra"``: a method's extra rows, loaded while a ``train`` pass is under way)."""
         if not isinstance(images, ImageFiles):
             for idx in batches:
                 yield _as_input(images, idx, images_to_tensor)
             return
-        yield from self._loader(images, [[(int(r), epoch) for r in idx] for idx in batches])
+        yield from self._load(images, [[(int(r), epoch) for r in idx] for idx in batches], purpose)
 
     def eval_batches(self, images, batch_size: int) -> Iterator[torch.Tensor]:
         """Every image of ``images`` in row order, ``batch_size`` at a time, without augmentation."""
@@ -230,7 +281,7 @@ class InputPipeline:
             for idx in blocks:
                 yield _as_input(images, slice(int(idx[0]), int(idx[-1]) + 1), images_to_tensor)
             return
-        yield from self._loader(images, [[(int(r), EVAL) for r in idx] for idx in blocks])
+        yield from self._load(images, [[(int(r), EVAL) for r in idx] for idx in blocks], "eval")
 
 
 def _as_input(images, index, convert) -> torch.Tensor:

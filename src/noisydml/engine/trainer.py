@@ -25,6 +25,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,19 +56,27 @@ MONITOR_METRICS = ("precision_at_1", "mean_average_precision_at_r")
 
 def gpu_settings(runtime: dict, device: torch.device) -> dict[str, Any]:
     """``runtime``'s GPU switches as they take effect on ``device`` (recorded in run.json): automatic mixed
-    precision (float16 autocast + gradient scaling), channels-last memory format and cuDNN's autotuner act on
-    CUDA only; on the CPU they are off, and a requested one says so (float32, the default format: bit-exact)."""
+    precision (``amp``: ``float32``, ``float16`` autocast + gradient scaling, or ``bfloat16`` autocast), channels-last
+    memory format and cuDNN's autotuner act on CUDA only; on the CPU they are off, and a requested one says so
+    (float32, the default format: bit-exact)."""
     cuda = device.type == "cuda"
     for key in ("amp", "channels_last", "cudnn_benchmark"):
-        if runtime[key] and not cuda:
+        if runtime[key] not in (False, "float32") and not cuda:
             print(f"runtime.{key}: no CUDA device; off on the CPU")
-    settings = {"amp": bool(runtime["amp"] and cuda), "channels_last": bool(runtime["channels_last"] and cuda),
+    settings = {"amp": runtime["amp"] if cuda else "float32", "channels_last": bool(runtime["channels_last"] and cuda),
                 "cudnn_benchmark": bool(runtime["cudnn_benchmark"] and cuda and not runtime["deterministic"]),
                 "deterministic": bool(runtime["deterministic"])}
     if cuda:
         torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
         torch.backends.cudnn.deterministic = settings["deterministic"]
     return settings
+
+
+def autocast(device: torch.device, amp: str):
+    """The forward's autocast context for ``runtime.amp`` as it took effect (:func:`gpu_settings`)."""
+    if amp == "float32":
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=getattr(torch, amp))
 
 
 def code_fingerprint(*modules: str) -> str:
@@ -408,6 +417,12 @@ class Trainer:
         if runtime["deterministic"]:
             torch.use_deterministic_algorithms(True, warn_only=True)
         device = pick_device(runtime["device"])
+        if runtime["deterministic"] and device.type == "cuda" and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
+            # cuBLAS is deterministic only with a fixed workspace, read when its first handle is made
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+            print("runtime.deterministic on CUDA: CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS's deterministic workspace)"
+                  + ("; CUDA was already in use in this process, so cuBLAS may not be bit-exact: set it before "
+                     "starting" if torch.cuda.is_initialized() else ""))
         gpu = gpu_settings(runtime, device)
         ddp = distributed.current()
         labels = np.asarray(self.train_set.labels, dtype=np.int64)
@@ -458,8 +473,9 @@ class Trainer:
             if self.init_state.get("method") is not None:
                 method.load_state_dict(self.init_state["method"])
         optimizer = build_optimizer(model, method, cfg["optimizer"])
-        # disabled (CPU, or runtime.amp false): scale() and step() are the identity and optimizer.step()
-        scaler = torch.amp.GradScaler("cuda", enabled=gpu["amp"])
+        # float16 only (bfloat16 has float32's range): disabled, scale() and step() are the identity and
+        # optimizer.step()
+        scaler = torch.amp.GradScaler("cuda", enabled=gpu["amp"] == "float16")
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_factor(cfg["schedule"], cfg["epochs"], steps_per_epoch(len(labels), batch_size)))
         # ranks other than 0 record nothing: rank 0 holds the MLflow run and writes the checkpoint
@@ -487,7 +503,7 @@ class Trainer:
         run.method.load_state_dict(state["method"])
         run.optimizer.load_state_dict(state["optimizer"])
         run.scheduler.load_state_dict(state["scheduler"])
-        if run.gpu["amp"] and state.get("scaler"):
+        if run.gpu["amp"] == "float16" and state.get("scaler"):
             run.scaler.load_state_dict(state["scaler"])
         run.history, run.step, run.run_id = state["history"], state["step"], state.get("run_id")
         run.seconds = state.get("epoch_seconds", [])
@@ -597,7 +613,7 @@ class Trainer:
             "run_id": run.tracker.run_id, "epoch_seconds": run.seconds,
             "model": run.model.state_dict(), "method": run.method.state_dict(),
             "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(), "best": run.best,
-            **({"scaler": run.scaler.state_dict()} if run.gpu["amp"] else {}),
+            **({"scaler": run.scaler.state_dict()} if run.gpu["amp"] == "float16" else {}),
         }
         if run.ddp.is_main:
             io.write_with(self.checkpoint_path, lambda p: torch.save(state, p))
@@ -700,12 +716,12 @@ class _Run:
         gpu, device = self.gpu, self.device
         if extra is not None:
             rows = [self.ddp.local_rows(extra)]
-            x_extra = next(iter(self.pipeline.train_batches(self.trainer.train_set.images, rows, epoch)))
+            x_extra = next(iter(self.pipeline.train_batches(self.trainer.train_set.images, rows, epoch, "extra")))
             own = len(x)
             x = torch.cat([x, x_extra])
         if gpu["channels_last"]:
             x = x.to(memory_format=torch.channels_last)
-        with torch.autocast(device.type, dtype=torch.float16, enabled=gpu["amp"]):
+        with autocast(device, gpu["amp"]):
             emb, feats = self.forward(x.to(device, non_blocking=True))
         own_inputs = x[:own] if extra is not None else x
         # the rows of the global batch this process holds (contiguous: Distributed.local_rows)
@@ -720,7 +736,7 @@ class _Run:
             inputs = own_inputs.to(device, non_blocking=True)
             if transform is not None:
                 inputs = transform(inputs, held)
-            with torch.autocast(device.type, dtype=torch.float16, enabled=gpu["amp"]):
+            with autocast(device, gpu["amp"]):
                 e, f = (net or self.model).forward_with_features(inputs)
             return self.ddp.gather_rows(e.float()), self.ddp.gather_rows(f.float())
 

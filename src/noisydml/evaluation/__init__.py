@@ -9,9 +9,10 @@ from noisydml.schema import Field, ParamsError, SectionCheck, check_section
 EVALUATE_SCHEMA = {
     "recall_at": Field(list, [1, 2, 4, 8], item_type=int, min=1),
     "max_k": Field(int, 1023, min=1, help="cap on neighbours retrieved for MAP@R and R-Precision"),
-    "device": Field(str, "cpu", choices=("cpu", "auto"),
-                    help="ours: where faiss searches and clusters; auto = the GPU when CUDA and faiss-gpu are both "
-                         "present (GPU results may differ from the CPU's in ties and the last float bits)"),
+    "device": Field(str, "cpu", choices=("cpu", "auto", "cuda"),
+                    help="ours: where the neighbours are searched: cpu = faiss; cuda = an exact blocked torch search "
+                         "on the GPU (no faiss GPU build needed; faiss's ties, distances may differ in the last "
+                         "float bits); auto = cuda when present, else cpu"),
     "nmi": Field(bool, True),
 }
 

@@ -14,8 +14,13 @@ gallery items of the query's class. Metrics:
 
 Memory: the search is faiss's exact flat index, which works through the queries in blocks, so no
 (queries x gallery) matrix is ever allocated; the largest arrays are the (queries x k) neighbours (SOP: 60,502
-x 1,023 ids and distances, about 0.7 GB), never 60,502^2. ``device`` (``evaluate.device``, ours): ``cpu``, or
-``auto`` = faiss on the GPU when CUDA and faiss's GPU build are both present (otherwise the CPU, said once).
+x 1,023 ids and distances, about 0.7 GB), never 60,502^2.
+
+``device`` (``evaluate.device``, ours): ``cpu`` = faiss's exact search on the CPU; ``cuda`` = the exact blocked
+torch search on the GPU (:class:`TorchKNN`: no faiss GPU build needed; the same neighbours as faiss, ties
+included, up to the last float bits of the distances); ``auto`` = ``cuda`` when a CUDA device is present, else
+``cpu`` (said once). NMI's k-means runs on faiss's GPU build when the search is on CUDA and it is installed, else
+on the CPU.
 """
 
 from __future__ import annotations
@@ -23,25 +28,51 @@ from __future__ import annotations
 import numpy as np
 import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
-from pytorch_metric_learning.utils.inference import FaissKMeans, FaissKNN
+from pytorch_metric_learning.utils.inference import FaissKMeans, FaissKNN, return_results
 
 from noisydml.evaluation import metric_names
-from noisydml.neighbours import faiss_gpu_available
+from noisydml.neighbours import exact_topk, faiss_gpu_available
 
 _SAID: set[str] = set()
 
 
+def _say_once(key: str, message: str) -> None:
+    if key not in _SAID:
+        _SAID.add(key)
+        print(message)
+
+
 def search_device(name: str) -> torch.device:
-    """``evaluate.device``: ``cpu``, or ``auto`` = the current CUDA device when faiss can search on it."""
+    """``evaluate.device``: ``cpu``; ``cuda`` = the current CUDA device (an error without one); ``auto`` = the
+    current CUDA device when present, else the CPU (said once)."""
     if name == "cpu":
         return torch.device("cpu")
-    if torch.cuda.is_available() and faiss_gpu_available():
+    if name not in ("auto", "cuda"):
+        raise ValueError(f"evaluate.device: {name!r}; allowed: cpu, auto, cuda")
+    if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
-    if "auto" not in _SAID:
-        _SAID.add("auto")
-        print("evaluate.device auto: " + ("faiss has no GPU support here (pip install '.[gpu]' for faiss-gpu)"
-                                          if torch.cuda.is_available() else "no CUDA device") + "; searching on the CPU")
+    if name == "cuda":
+        raise RuntimeError("evaluate.device: 'cuda', but torch sees no CUDA device here; allowed here: cpu, auto")
+    _say_once("auto", "evaluate.device auto: no CUDA device; searching on the CPU (faiss)")
     return torch.device("cpu")
+
+
+class TorchKNN:
+    """A ``knn_func`` for AccuracyCalculator: exact squared-L2 search in torch on the embeddings' device
+    (:func:`noisydml.neighbours.exact_topk`, a block of queries at a time), what pytorch-metric-learning's
+    ``FaissKNN`` (faiss ``IndexFlatL2``) returns, ties included. Its ``CustomKNN`` would do the product too, but
+    leaves ties at the k-th distance to ``torch.topk``, whose choice differs between devices."""
+
+    def __init__(self, block_bytes: int | None = None):
+        self.block_bytes = block_bytes
+
+    def __call__(self, query, k, reference=None, ref_includes_query=False):
+        if ref_includes_query:
+            k = k + 1  # the query finds itself: dropped below, as FaissKNN does
+        reference = query if reference is None else reference
+        extra = {} if self.block_bytes is None else {"block_bytes": self.block_bytes}
+        distances, indices = exact_topk(query, reference, k, "l2", **extra)
+        return return_results(distances, indices, ref_includes_query)
 
 
 def same_label(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -98,13 +129,15 @@ def neighbours_used(labels, recall_at=(), max_k: int = 1023, query_mask=None) ->
 
 def retrieval_metrics(
     embeddings, labels, recall_at=(1, 2, 4, 8), max_k: int = 1023, nmi: bool = True, seed: int = 0,
-    include: tuple[str, ...] | None = None, query_mask=None, device: str = "cpu",
+    include: tuple[str, ...] | None = None, query_mask=None, device: str = "cpu", knn: str | None = None,
 ) -> dict[str, float]:
     """All retrieval metrics of a test set: query = gallery, self excluded; or, with ``query_mask`` (True for a
     query row, False for a gallery row), the queries searched against the gallery (NMI: of the queries).
 
     ``include`` restricts to some metric names (e.g. the cheap ones for per-epoch monitoring). ``device``: where
-    faiss searches and clusters (:func:`search_device`).
+    the neighbours are searched (:func:`search_device`: faiss on the CPU, :class:`TorchKNN` on CUDA). ``knn``
+    (``"faiss"`` or ``"torch"``) overrides the search the device implies (benchmarks and tests: the torch search
+    on the CPU).
     """
     emb = torch.as_tensor(np.asarray(embeddings), dtype=torch.float32)
     emb = torch.nn.functional.normalize(emb, dim=1)  # faiss IndexFlatL2 on unit vectors = cosine ranking
@@ -132,7 +165,13 @@ def retrieval_metrics(
     # the kNN metrics with same_label (memory linear in the test set); NMI with the library's default comparison,
     # which it requires for clustering (and which counts no label matches there)
     where = search_device(device)
-    gpu = {} if where.type == "cpu" else {"gpus": [where.index]}
+    knn = knn or ("faiss" if where.type == "cpu" else "torch")
+    if knn not in ("faiss", "torch"):
+        raise ValueError(f"retrieval_metrics: knn {knn!r}; allowed: faiss, torch")
+    knn_func = FaissKNN() if knn == "faiss" else TorchKNN()
+    kmeans_gpu = where.type == "cuda" and "NMI" in internal and faiss_gpu_available()
+    if where.type == "cuda" and "NMI" in internal and not kmeans_gpu:
+        _say_once("kmeans", "evaluate: NMI's k-means on the CPU (faiss has no GPU build here: pip install '.[gpu]')")
     if where.type != "cpu":
         emb, lab = emb.to(where), lab.to(where)
     result: dict = {}
@@ -145,8 +184,8 @@ def retrieval_metrics(
             include=tuple(group),
             k=k_arg,
             device=where,
-            knn_func=FaissKNN(**gpu),
-            kmeans_func=FaissKMeans(niter=20, seed=seed, **({"gpu": 1} if gpu else {})),
+            knn_func=knn_func,
+            kmeans_func=FaissKMeans(niter=20, seed=seed, **({"gpu": 1} if kmeans_gpu else {})),
             **compare,
         )
         if query_mask is None:
