@@ -26,7 +26,7 @@ each with fixed warm-up and timed steps (``--toy``: tiny sizes, for the CPU test
 One-call recipe for the device tool (an H100 or H200 machine: Python 3.12, torch 2.11 preinstalled; no faiss,
 pytorch-metric-learning, pydantic or ruamel.yaml, nothing downloadable):
 
-1. Here, once (about 21 MiB of wheels for Python 3.12, the versions this environment runs)::
+1. Here, once (8 wheels, 21 MiB, for Python 3.12, at the versions this environment runs)::
 
        echo /.whl/ >> .git/info/exclude
        python scripts/gpu_check.py --fetch-wheels .whl
@@ -67,7 +67,7 @@ if str(SRC) not in sys.path:  # the package from the working tree (nothing is in
 #: The packages the training path needs beyond what the device's image has (KINDS.md's list): fetched as wheels
 #: for Python 3.12 at the versions installed here. DVC, MLflow, Ray and Optuna are not needed to train.
 WHEELS = ("faiss-cpu", "pytorch-metric-learning", "pydantic", "pydantic-core", "annotated-types",
-          "typing-inspection", "ruamel.yaml")
+          "typing-inspection", "typing-extensions", "ruamel.yaml")  # typing-extensions: pydantic needs a recent one
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
                    "manylinux1_x86_64")
 WHEEL_BUDGET_MIB = 40
