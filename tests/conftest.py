@@ -21,6 +21,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: 0 if item.get_closest_marker("e2e") else 1)
 
 
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sum each test file's time (setup, call and teardown; with xdist the controller gets every worker's reports)."""
+    _MODULE_SECONDS[report.nodeid.split("::")[0]] = _MODULE_SECONDS.get(report.nodeid.split("::")[0], 0.0) \
+        + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per test file, slowest first: where the suite's time goes, in every run's log (CI's included).
+    With several workers the files overlap, so the column sums to more than the wall time."""
+    if not _MODULE_SECONDS:
+        return
+    terminalreporter.write_sep("=", "seconds per test file (setup + call + teardown, summed over its tests)")
+    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}  {module}")
+    terminalreporter.write_line(f"{sum(_MODULE_SECONDS.values()):8.1f}  in all")
+
+
 @pytest.fixture
 def raw_params():
     """The repository's params.yaml as a plain mapping, to modify in a test.

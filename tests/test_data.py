@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -147,3 +150,24 @@ def test_atomic_outputs_have_normal_permissions(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755
+
+
+def test_the_next_writer_removes_what_a_killed_writer_left_and_only_that(tmp_path):
+    """A writer killed mid-write leaves ``.<name>.<8 random>.tmp`` (or ``.<name>.old``) beside its destination;
+    the next atomic write of that destination removes them, and no one else's."""
+    import tempfile
+
+    from noisydml import io
+
+    folder_leftover = Path(tempfile.mkdtemp(prefix=".out.", suffix=".tmp", dir=tmp_path))  # as atomic_dir names it
+    (folder_leftover / "model.pt").write_bytes(b"half")
+    (tmp_path / ".out.old").mkdir()
+    fd, file_leftover = tempfile.mkstemp(prefix=".a.json.", suffix=".tmp", dir=tmp_path)
+    os.close(fd)
+    fd, others = tempfile.mkstemp(prefix=".out.b.", suffix=".tmp", dir=tmp_path)  # the file out.b's, not out's
+    os.close(fd)
+    with io.atomic_dir(tmp_path / "out") as tmp:
+        (tmp / "f.txt").write_text("x")
+    io.write_json(tmp_path / "a.json", {"x": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["a.json", "out", Path(others).name])
+    assert not Path(file_leftover).exists() and not folder_leftover.exists()

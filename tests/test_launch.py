@@ -84,6 +84,35 @@ def test_a_failing_stage_stops_its_descendants_only_and_the_next_launch_finishes
     assert _lock(root) == launched
 
 
+def test_bookkeeping_beside_an_output_does_not_change_a_folder_dependency(tmp_path):
+    """Beside an output, in the folder a later stage depends on (`evaluate@<dataset>` on `runs/<dataset>`): the
+    temporaries of a stage killed inside ``io.atomic_dir``, and the .gitignore DVC writes, whose lines come in the
+    order the stages were recorded (the launcher's differs from `dvc repro`'s). The project's .dvcignore keeps
+    both out of DVC's hash."""
+    from noisydml.pipeline.rehearsal import stage_env
+
+    env = stage_env()
+    root = tmp_path / "toy"
+    root.mkdir()
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "write": {"cmd": "mkdir -p runs/seed0 && echo w > runs/seed0/model.txt", "outs": ["runs/seed0"]},
+        "read": {"cmd": "ls -R runs > listing.txt", "deps": ["runs"], "outs": ["listing.txt"]}}}))
+    shutil.copy(REPO / ".dvcignore", root / ".dvcignore")
+    run_command(["git", "init", "-q"], root, env)
+    run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    run_command([sys.executable, "-m", "dvc", "repro", "-q"], root, env)
+    for leftover in (".seed0.k3x_9q2a.tmp", ".seed0.old"):
+        (root / "runs" / leftover).mkdir()
+        (root / "runs" / leftover / "model.txt").write_text("half")
+    (root / "runs" / ".model.txt.abcdefgh.tmp").write_text("half")
+    gitignore = root / "runs" / ".gitignore"
+    assert gitignore.read_text() == "/seed0\n"  # DVC's
+    gitignore.write_text("/seed1\n/seed0\n")  # as if another stage's output had been recorded first
+    assert "up to date" in run_command([sys.executable, "-m", "dvc", "status"], root, env)
+    (root / "runs" / "stray.txt").write_text("not ours")  # anything else still counts
+    assert "read" in run_command([sys.executable, "-m", "dvc", "status"], root, env)
+
+
 def test_an_override_the_schema_refuses_stops_the_launch_before_anything_runs(tmp_path):
     from noisydml.pipeline.rehearsal import stage_env
 
@@ -217,6 +246,18 @@ def _outputs(root):
     return {out["path"]: out["md5"] for stage in _lock(root)["stages"].values() for out in stage.get("outs", [])}
 
 
+def _differences(left, right, where=""):
+    """Every leaf where two parsed lock files differ, as ``(where, left, right)``: a readable failure where
+    pytest's repr of two whole locks hides the difference."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        return [d for key in sorted(set(left) | set(right), key=str)
+                for d in _differences(left.get(key, "<absent>"), right.get(key, "<absent>"), f"{where}/{key}")]
+    if isinstance(left, list) and isinstance(right, list) and all(isinstance(x, dict) and "path" in x
+                                                                 for x in left + right):
+        return _differences({x["path"]: x for x in left}, {x["path"]: x for x in right}, where)
+    return [] if left == right else [(where, left, right)]
+
+
 def _kill_worker_of(root, stage, checkpoint, killed):
     """When the run's first checkpoint is written, SIGKILL the Ray worker running its stage (Ray names the worker
     process after the task, the stage); Ray retries the task."""
@@ -266,7 +307,8 @@ def test_a_grid_with_a_chain_on_two_nodes_matches_a_serial_repro_through_a_worke
 
     # the same dvc.lock and outputs as the serial repro; status clean; a repro does nothing
     assert _outputs(launched) == _outputs(serial)
-    assert _lock(launched) == _lock(serial)
+    assert _differences(_lock(launched), _lock(serial)) == [], sorted(
+        str(p.relative_to(launched)) for p in launched.rglob(".*") if ".dvc" not in p.parts and ".git" not in p.parts)
     run = [sys.executable, "-m", "dvc"]
     assert "up to date" in run_command([*run, "status"], launched, env)
     assert "didn't change" in run_command([*run, "repro"], launched, env)
