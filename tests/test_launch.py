@@ -5,6 +5,7 @@ chain on a loopback Ray cluster of two nodes (1 CPU each) against an MLflow trac
 stage's Ray worker mid-run, and compares dvc.lock and every output with a serial `dvc repro` of the same params.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -130,6 +131,35 @@ def test_lock_entries_are_written_when_the_driver_waits_or_in_batches_a_tenth_of
     first = LockWriter(repo=None, already_written=0)
     first.add("stage")
     assert first.due(idle=False)  # the first entries are written one at a time
+
+
+def test_a_ctrl_c_during_the_lock_write_waits_until_the_file_is_whole():
+    """DVC rewrites dvc.lock in place; a Ctrl-C (or SIGTERM) in the middle cut it short. The writer holds both
+    signals until the write is done, then raises KeyboardInterrupt."""
+    from noisydml.pipeline.launch import LockWriter
+
+    written = []
+
+    class Dvcfile:
+        path = "dvc.yaml"
+
+        def dump_stages(self, stages, update_pipeline):
+            os.kill(os.getpid(), signal.SIGINT)  # arrives mid-write
+            os.kill(os.getpid(), signal.SIGTERM)
+            written.extend(stages)
+
+    class Stage:
+        dvcfile = Dvcfile()
+
+    class Repo:
+        lock = contextlib.nullcontext()
+
+    writer = LockWriter(Repo(), already_written=0)
+    writer.add(Stage())
+    with pytest.raises(KeyboardInterrupt):
+        writer.write()
+    assert len(written) == 1 and writer.unwritten == [] and writer.written == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are back
 
 
 def test_an_override_the_schema_refuses_stops_the_launch_before_anything_runs(tmp_path):

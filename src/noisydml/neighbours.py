@@ -38,15 +38,16 @@ def knn(queries, k: int, gallery=None, use_gpu: bool = False) -> tuple[np.ndarra
     self_search = gallery is None
     g = q if self_search else _as_float32(gallery)
     kk = min(k + 1 if self_search else k, len(g))
-    index = faiss.IndexFlatIP(g.shape[1])
-    if use_gpu and _cuda_available() and not faiss_gpu_available():
+    faiss_on_gpu = use_gpu and faiss_gpu_available()
+    if use_gpu and not faiss_on_gpu and _cuda_available():
         import torch  # the process's own GPU (one per rank under DDP); faiss's GPU build is not installed
 
         device = torch.device("cuda", torch.cuda.current_device())
         sims, idx = exact_topk(torch.from_numpy(q).to(device), torch.from_numpy(g).to(device), kk, "ip")
         sims, idx = sims.cpu().numpy(), idx.cpu().numpy()
     else:
-        if use_gpu and faiss_gpu_available():
+        index = faiss.IndexFlatIP(g.shape[1])
+        if faiss_on_gpu:
             import torch
 
             index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), torch.cuda.current_device(), index)

@@ -31,7 +31,7 @@ from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from pytorch_metric_learning.utils.inference import FaissKMeans, FaissKNN, return_results
 
 from noisydml.evaluation import metric_names
-from noisydml.neighbours import exact_topk, faiss_gpu_available
+from noisydml.neighbours import TOPK_BLOCK_BYTES, exact_topk, faiss_gpu_available
 
 _SAID: set[str] = set()
 
@@ -63,15 +63,14 @@ class TorchKNN:
     ``FaissKNN`` (faiss ``IndexFlatL2``) returns, ties included. Its ``CustomKNN`` would do the product too, but
     leaves ties at the k-th distance to ``torch.topk``, whose choice differs between devices."""
 
-    def __init__(self, block_bytes: int | None = None):
+    def __init__(self, block_bytes: int = TOPK_BLOCK_BYTES):
         self.block_bytes = block_bytes
 
     def __call__(self, query, k, reference=None, ref_includes_query=False):
         if ref_includes_query:
             k = k + 1  # the query finds itself: dropped below, as FaissKNN does
         reference = query if reference is None else reference
-        extra = {} if self.block_bytes is None else {"block_bytes": self.block_bytes}
-        distances, indices = exact_topk(query, reference, k, "l2", **extra)
+        distances, indices = exact_topk(query, reference, k, "l2", block_bytes=self.block_bytes)
         return return_results(distances, indices, ref_includes_query)
 
 
@@ -169,8 +168,9 @@ def retrieval_metrics(
     if knn not in ("faiss", "torch"):
         raise ValueError(f"retrieval_metrics: knn {knn!r}; allowed: faiss, torch")
     knn_func = FaissKNN() if knn == "faiss" else TorchKNN()
-    kmeans_gpu = where.type == "cuda" and "NMI" in internal and faiss_gpu_available()
-    if where.type == "cuda" and "NMI" in internal and not kmeans_gpu:
+    nmi_on_cuda = where.type == "cuda" and "NMI" in internal
+    kmeans_gpu = nmi_on_cuda and faiss_gpu_available()
+    if nmi_on_cuda and not kmeans_gpu:
         _say_once("kmeans", "evaluate: NMI's k-means on the CPU (faiss has no GPU build here: pip install '.[gpu]')")
     if where.type != "cpu":
         emb, lab = emb.to(where), lab.to(where)
