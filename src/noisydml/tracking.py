@@ -9,8 +9,10 @@ points at the main repository's database there, so those runs are kept.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -95,119 +97,146 @@ def artifact_root(start: str | Path = ".") -> str:
     return (repo_root(start) / "mlartifacts").as_uri()
 
 
-def experiment_id(client, name: str) -> str:
-    """The id of experiment ``name``, created with artifacts under the main repository if missing."""
+def experiment_id(client, name: str, artifacts: str | None = None) -> str:
+    """The id of experiment ``name``, created if missing with its artifacts in ``artifacts`` (default: the main
+    repository's, :func:`artifact_root`)."""
     from mlflow.exceptions import MlflowException
 
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=artifact_root())
+        return client.create_experiment(name, artifact_location=artifacts or artifact_root())
     except MlflowException as e:  # created meanwhile by a parallel run
         if "already exists" not in str(e):
             raise
         return client.get_experiment_by_name(name).experiment_id
 
 
-def _warn(what: str, error: Exception) -> None:
-    print(f"warning: MLflow {what} failed ({type(error).__name__}: {str(error)[:300]}); the stage goes on "
-          "without tracking (DVC outputs never depend on MLflow)")
+def _warning(what: str, error: Exception) -> str:
+    return (f"warning: MLflow {what} failed ({type(error).__name__}: {str(error)[:300]}); the stage goes on "
+            "without tracking (DVC outputs never depend on MLflow)")
 
 
 class MlflowTracker:
-    """One MLflow run per training run, its metrics logged with MLflow's asynchronous logging.
+    """One MLflow run per training run, written by the tracking process (:class:`TrackingProcess`).
 
-    ``start()`` opens the run (or re-opens it on resume) and logs its params; ``log_metrics`` hands each epoch's
-    metrics to MLflow's own logging queue (``log_batch(..., synchronous=False)``) and returns at once, so the
-    database writes overlap training; ``end()`` waits for every pending batch and closes the run. The client, and
-    so its database connection, is kept per tracking URI for the life of the process: a warm launcher worker
-    opens the database once, not once per run.
+    ``start()`` asks the tracking process to open the run (or re-open it on resume) and log its params, and returns
+    at once; ``run_id`` waits for its answer (the trainer asks at its first checkpoint, after an epoch of
+    training: MLflow's import and database opening, 2-3 s of CPU, ran meanwhile, on another core when there is
+    one); ``log_metrics`` and ``log_artifact`` hand their record over and return; ``end()`` waits until every
+    record is written and the run is closed.
 
-    Best effort: a missing, locked or foreign ``mlflow.db`` (runs pulled from a remote, another machine)
-    prints a warning once and the run goes on untracked; no DVC output depends on MLflow.
+    Best effort: a missing, locked or foreign ``mlflow.db`` (runs pulled from a remote, another machine), MLflow
+    not installed, or a tracking process that died, prints a warning and the run goes on untracked; no DVC output
+    depends on MLflow.
     """
 
     def __init__(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]):
         self.experiment = experiment
         self.run_name = run_name
-        self.params = flatten(params)
+        # as text here: MLflow keeps a param as its str(); JSON on the way would turn a tuple into a list
+        self.params = {key: str(value) for key, value in flatten(params).items()}
         self.tags = tags
-        self.run_id: str | None = None
-        self._client = None
-        self._pending: list = []  # MLflow's RunOperations of batches not yet known to be written
+        self._process: TrackingProcess | None = None
+        self._run_id: str | None = None
+        self._opening = False  # start() sent, its answer not read yet
 
     def start(self, run_id: str | None = None) -> None:
-        # Nothing may write the process environment from another thread: glibc's setenv racing the training
-        # thread's getenv crashed a train stage (SIGSEGV in libc). MLflow writes it while it loads (its telemetry
-        # session id; imports such as OPENBLAS_MAIN_FREE) and in set_tracking_uri: so it is loaded here, in the
-        # main thread, its telemetry (a background thread that writes the environment, and network calls) is off
-        # unless the user turns it on, and the client is given the URI instead of set_tracking_uri.
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        try:
-            self._client = client_for(tracking_uri())
-            self.run_id = self._open(run_id)
-        except ImportError as e:  # a machine without MLflow (a GPU machine given only the training path's wheels)
-            print(f"note: MLflow is not installed here ({e}); this run is not tracked (pip install mlflow); "
-                  "its DVC outputs are the same")
-            self._client = None
-        except Exception as e:  # noqa: BLE001 - tracking must never stop a stage
-            _warn("start", e)
-            self._client = None
+        self._process = tracking_process()
+        self._opening = self._send({"op": "start", "uri": tracking_uri(), "experiment": self.experiment,
+                                    "run_name": self.run_name, "params": self.params, "tags": self.tags,
+                                    "resume_id": run_id, "artifact_root": artifact_root()})
 
-    def _open(self, resume_id: str | None) -> str:
-        from mlflow.entities import Param
-
-        client = self._client
-        exp = _retry_when_locked(lambda: experiment_id(client, self.experiment))
-        if resume_id is not None:
-            try:
-                client.get_run(resume_id)
-                client.update_run(resume_id, status="RUNNING")
-                return resume_id
-            except Exception as e:  # noqa: BLE001 - a resumed run whose MLflow run is gone: a new one
-                _warn(f"re-opening run {resume_id}", e)
-        run_id = _retry_when_locked(lambda: client.create_run(exp, run_name=self.run_name, tags=self.tags)).info.run_id
-        # MLflow caps a param value at 6000 characters and a batch at 100 params; ours are short.
-        params = [Param(k, str(v)) for k, v in self.params.items()]
-        for i in range(0, len(params), 100):
-            self._pending.append(client.log_batch(run_id, params=params[i : i + 100], synchronous=False))
-        return run_id
-
-    def _call(self, what: str, call) -> None:
-        if self._client is None:
-            return
-        try:
-            call()
-        except Exception as e:  # noqa: BLE001
-            _warn(what, e)
-            self._client = None
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run's id (waits for the tracking process to have opened it); None when untracked."""
+        if self._opening:
+            self._opening = False
+            self._run_id = self._answer().get("run_id")
+            if self._run_id is None:
+                self._process = None
+        return self._run_id
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        from time import time as now
-
-        def log():
-            from mlflow.entities import Metric
-
-            stamp = int(now() * 1000)
-            batch = [Metric(k, float(v), stamp, step) for k, v in metrics.items()]
-            self._pending.append(self._client.log_batch(self.run_id, metrics=batch, synchronous=False))
-
-        self._call("log_metrics", log)
+        self._send({"op": "metrics", "metrics": {k: float(v) for k, v in metrics.items()}, "step": step,
+                    "stamp": int(time.time() * 1000)})
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        self._call("log_artifact", lambda: self._client.log_artifact(self.run_id, str(path), artifact_path))
+        self._send({"op": "artifact", "path": str(Path(path).resolve()), "artifact_path": artifact_path})
 
     def end(self, status: str = "FINISHED") -> None:
-        """Wait for every pending batch, then close the run with ``status``."""
-        def close():
-            pending, self._pending = self._pending, []
-            for operation in pending:
-                operation.wait()  # raises what the logging thread met
-            self._client.set_terminated(self.run_id, status)
+        """Wait until every record is written, then close the run with ``status``."""
+        if self.run_id is not None and self._send({"op": "end", "status": status}):
+            self._answer()
+        self._process = None
 
-        self._call("end_run", close)
-        self._client = None
+    def _send(self, message: dict) -> bool:
+        if self._process is None:
+            return False
+        if not self._process.send(message):
+            self._process = None
+            return False
+        return True
+
+    def _answer(self) -> dict:
+        answer = self._process.receive() if self._process is not None else {}
+        for line in answer.get("messages", ()):
+            print(line)
+        return answer
+
+
+#: How the tracking process starts (tests start it under a wrapper).
+TRACKING_COMMAND = (sys.executable, "-m", "noisydml.tracking")
+
+
+class TrackingProcess:
+    """The process that holds MLflow for a training process: ``python -m noisydml.tracking``.
+
+    Why a process: MLflow's import and its SQLAlchemy store cost 2-3 s of CPU, and a thread cannot take them off
+    the training's path: MLflow writes the process environment while it loads (its telemetry session id;
+    OPENBLAS_MAIN_FREE), and glibc's setenv racing the training thread's getenv crashed a train stage (SIGSEGV in
+    libc). One process per training process, kept for its life (a warm launcher worker opens the database once);
+    messages are JSON lines on its stdin, answers (to ``start`` and ``end``) JSON lines on its stdout, and what it
+    has to say comes back in those answers for the stage to print. Its own session: a Ctrl-C meant for the stage
+    does not stop it mid-write (the stage closes the run as KILLED); it exits when the stage's end of the pipe
+    closes, however the stage ended.
+    """
+
+    def __init__(self):
+        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true")}
+        self.process = subprocess.Popen(TRACKING_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        bufsize=1, env=env, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, message: dict) -> bool:
+        try:
+            self.process.stdin.write(json.dumps(message) + "\n")
+            return True
+        except (BrokenPipeError, OSError, ValueError) as e:
+            print(f"warning: the MLflow tracking process is gone ({type(e).__name__}, exit code "
+                  f"{self.process.poll()}); the stage goes on without tracking")
+            return False
+
+    def receive(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            return {"messages": [f"warning: the MLflow tracking process exited (code {self.process.wait()}) before "
+                                 "answering; the stage goes on without tracking"]}
+        return json.loads(line)
+
+
+_tracking_process: TrackingProcess | None = None
+
+
+def tracking_process() -> TrackingProcess:
+    """This process's tracking process, started on first use (again if it died)."""
+    global _tracking_process
+    if _tracking_process is None or not _tracking_process.alive():
+        _tracking_process = TrackingProcess()
+    return _tracking_process
 
 
 @functools.cache
@@ -216,6 +245,67 @@ def client_for(uri: str):
     import mlflow
 
     return mlflow.MlflowClient(uri)
+
+
+def _open_run(client, message: dict, say) -> str:
+    """Open (or, given ``resume_id``, re-open) the run ``message`` describes and log its params; its id."""
+    from mlflow.entities import Param
+
+    exp = _retry_when_locked(lambda: experiment_id(client, message["experiment"], message["artifact_root"]))
+    resume_id = message["resume_id"]
+    if resume_id is not None:
+        try:
+            client.get_run(resume_id)
+            client.update_run(resume_id, status="RUNNING")
+            return resume_id
+        except Exception as e:  # noqa: BLE001 - a resumed run whose MLflow run is gone: a new one
+            say(_warning(f"re-opening run {resume_id}", e))
+    run_id = _retry_when_locked(lambda: client.create_run(exp, run_name=message["run_name"],
+                                                          tags=message["tags"])).info.run_id
+    # MLflow caps a param value at 6000 characters and a batch at 100 params; ours are short.
+    params = [Param(k, v) for k, v in message["params"].items()]
+    for i in range(0, len(params), 100):
+        client.log_batch(run_id, params=params[i : i + 100])
+    return run_id
+
+
+def serve(lines, answer) -> None:
+    """The tracking process's loop: one message a line from ``lines``; ``answer(dict)`` replies to start and end.
+
+    A failure stops tracking the current run (a warning in the next answer); the next ``start`` tries again.
+    """
+    client, run_id, said = None, None, []
+    for line in lines:
+        message = json.loads(line)
+        op = message["op"]
+        try:
+            if op == "start":
+                run_id = None
+                client = client_for(message["uri"])
+                run_id = _open_run(client, message, said.append)
+            elif run_id is None:
+                pass  # the run is untracked: its start failed, and said why
+            elif op == "metrics":
+                from mlflow.entities import Metric
+
+                client.log_batch(run_id, metrics=[Metric(k, v, message["stamp"], message["step"])
+                                                  for k, v in message["metrics"].items()])
+            elif op == "artifact":
+                client.log_artifact(run_id, message["path"], message["artifact_path"])
+            elif op == "end":
+                client.set_terminated(run_id, message["status"])
+        except ImportError as e:  # a machine without MLflow (a GPU machine given only the training path's wheels)
+            said.append(f"note: MLflow is not installed here ({e}); this run is not tracked (pip install mlflow); "
+                        "its DVC outputs are the same")
+            run_id = None
+        except Exception as e:  # noqa: BLE001 - tracking must never stop a stage
+            said.append(_warning("start" if op == "start" else "end_run" if op == "end" else f"log_{op}", e))
+            run_id = None
+        if op in ("start", "end"):
+            answer({"run_id": run_id, "messages": said} if op == "start" else {"messages": said})
+            said = []
+            if op == "end":
+                run_id = None
 
 
 def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Path] = ()) -> bool:
@@ -234,5 +324,24 @@ def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Pa
                 mlflow.log_artifact(str(path))
         return True
     except Exception as e:  # noqa: BLE001 - a missing or foreign mlflow.db must not fail the stage
-        _warn(f"logging final metrics to run {run_id}", e)
+        print(_warning(f"logging final metrics to run {run_id}", e))
         return False
+
+
+def main() -> None:
+    """``python -m noisydml.tracking``: the tracking process (:class:`TrackingProcess`)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stage's Ctrl-C is the stage's: it closes the run itself
+    out = sys.stdout
+
+    def answer(reply: dict) -> None:
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+    sys.stdout = sys.stderr  # whatever MLflow prints goes to the stage's log, not into the answers
+    serve(sys.stdin, answer)
+
+
+if __name__ == "__main__":
+    main()

@@ -26,6 +26,7 @@ from torch import nn
 from tqdm import tqdm
 
 from noisydml.data.images import images_to_tensor
+from noisydml.engine.eager_optim import eager
 from noisydml.models import BACKBONES
 
 #: Images of each source class kept out of pretraining to measure source accuracy (ours).
@@ -52,7 +53,7 @@ def pretrain_backbone(train_cfg: dict, cfg: dict, images: np.ndarray, labels: np
     backbone = BACKBONES[train_cfg["backbone"]](images.shape[-1], train_cfg)
     classifier = nn.Linear(backbone.out_dim, num_classes)
     model = nn.Sequential(backbone, classifier)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+    optimizer = eager(torch.optim.Adam)(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     steps_per_epoch = max(1, len(x_train) // cfg["batch_size"])
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg["epochs"] * steps_per_epoch)
     history = []

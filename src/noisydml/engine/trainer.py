@@ -41,6 +41,7 @@ from noisydml import io, neighbours
 from noisydml.closure import digest as closure_digest, module_closure
 from noisydml.data.images import InputPipeline, image_channels
 from noisydml.engine import distributed
+from noisydml.engine.eager_optim import eager
 from noisydml.engine.judge import GroundTruth, decision_histograms, score_decisions
 from noisydml.evaluation import evaluate_settings
 from noisydml.evaluation.retrieval import retrieval_metrics
@@ -230,9 +231,9 @@ def build_optimizer(model: torch.nn.Module, method, opt_cfg: dict) -> torch.opti
     name, wd = opt_cfg["name"], opt_cfg["weight_decay"]
     if name in ("adam", "adamw"):
         betas = tuple(opt_cfg["betas"])  # two numbers (checked with params)
-        adam = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        adam = eager(torch.optim.Adam if name == "adam" else torch.optim.AdamW)
         return adam(groups, lr=opt_cfg["lr"], betas=betas, weight_decay=wd)
-    return torch.optim.SGD(groups, lr=opt_cfg["lr"], weight_decay=wd, momentum=opt_cfg["momentum"])
+    return eager(torch.optim.SGD)(groups, lr=opt_cfg["lr"], weight_decay=wd, momentum=opt_cfg["momentum"])
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:
