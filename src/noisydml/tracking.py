@@ -198,7 +198,8 @@ class TrackingProcess:
     OPENBLAS_MAIN_FREE), and glibc's setenv racing the training thread's getenv crashed a train stage (SIGSEGV in
     libc). One process per training process, kept for its life (a warm launcher worker opens the database once);
     messages are JSON lines on its stdin, answers (to ``start`` and ``end``) JSON lines on its stdout, and what it
-    has to say comes back in those answers for the stage to print. Its own session: a Ctrl-C meant for the stage
+    has to say comes back in those answers for the stage to print (MLflow's own log lines go to the stderr of the
+    stage that started it: in a warm worker, the first stage's log). Its own session: a Ctrl-C meant for the stage
     does not stop it mid-write (the stage closes the run as KILLED); it exits when the stage's end of the pipe
     closes, however the stage ended.
     """
