@@ -77,6 +77,26 @@ def test_tracker_logs_in_order_resumes_and_survives_a_bad_run_id(tmp_path, monke
     assert "re-opening run 0123456789abcdef" in capsys.readouterr().out
 
 
+def test_a_run_left_open_does_not_hand_its_answer_to_the_next(tmp_path, monkeypatch):
+    """Answers carry their run's ticket: a tracker started and never read or closed (a caller that forgot its end)
+    leaves its answer in the pipe; the next run reads its own, not that one."""
+    import mlflow
+
+    from noisydml.tracking import MlflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    forgotten = MlflowTracker("exp", "forgotten", params={}, tags={})
+    forgotten.start()
+    tracker = MlflowTracker("exp", "next", params={"x": 1}, tags={})
+    tracker.start()
+    run_id = tracker.run_id
+    tracker.end()
+    run = mlflow.MlflowClient(uri).get_run(run_id)
+    assert run.info.run_name == "next" and run.data.params == {"x": "1"} and run.info.status == "FINISHED"
+
+
 def test_tracker_failure_never_stops_training(tmp_path, monkeypatch, capsys):
     import sys
 

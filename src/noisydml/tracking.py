@@ -9,6 +9,7 @@ points at the main repository's database there, so those runs are kept.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import subprocess
@@ -141,12 +142,13 @@ class MlflowTracker:
         self._process: TrackingProcess | None = None
         self._run_id: str | None = None
         self._opening = False  # start() sent, its answer not read yet
+        self._ticket = next(_tickets)  # in this run's requests and their answers: an answer is read by its run only
 
     def start(self, run_id: str | None = None) -> None:
         self._process = tracking_process()
-        self._opening = self._send({"op": "start", "uri": tracking_uri(), "experiment": self.experiment,
-                                    "run_name": self.run_name, "params": self.params, "tags": self.tags,
-                                    "resume_id": run_id, "artifact_root": artifact_root()})
+        self._opening = self._send({"op": "start", "ticket": self._ticket, "uri": tracking_uri(),
+                                    "experiment": self.experiment, "run_name": self.run_name, "params": self.params,
+                                    "tags": self.tags, "resume_id": run_id, "artifact_root": artifact_root()})
 
     @property
     def run_id(self) -> str | None:
@@ -167,7 +169,7 @@ class MlflowTracker:
 
     def end(self, status: str = "FINISHED") -> None:
         """Wait until every record is written, then close the run with ``status``."""
-        if self.run_id is not None and self._send({"op": "end", "status": status}):
+        if self.run_id is not None and self._send({"op": "end", "ticket": self._ticket, "status": status}):
             self._answer()
         self._process = None
 
@@ -180,11 +182,17 @@ class MlflowTracker:
         return True
 
     def _answer(self) -> dict:
-        answer = self._process.receive() if self._process is not None else {}
-        for line in answer.get("messages", ()):
-            print(line)
-        return answer
+        """The tracking process's answer to this run's last request; an answer to another run's (one left open
+        before its end, by a caller that did not close it) is passed over, its messages printed."""
+        while True:
+            answer = self._process.receive() if self._process is not None else {}
+            for line in answer.get("messages", ()):
+                print(line)
+            if answer.get("ticket") in (None, self._ticket):  # None: the process is gone
+                return answer
 
+
+_tickets = itertools.count()
 
 #: How the tracking process starts (tests start it under a wrapper).
 TRACKING_COMMAND = (sys.executable, "-m", "noisydml.tracking")
@@ -303,7 +311,8 @@ def serve(lines, answer) -> None:
             said.append(_warning("start" if op == "start" else "end_run" if op == "end" else f"log_{op}", e))
             run_id = None
         if op in ("start", "end"):
-            answer({"run_id": run_id, "messages": said} if op == "start" else {"messages": said})
+            reply = {"ticket": message.get("ticket"), "messages": said}
+            answer({**reply, "run_id": run_id} if op == "start" else reply)
             said = []
             if op == "end":
                 run_id = None
@@ -315,6 +324,9 @@ def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Pa
         print("note: no MLflow run recorded for this training run (trained elsewhere or untracked); "
               "final metrics are not logged to MLflow")
         return False
+    # MLflow's telemetry off unless the user set it, as in the tracking process (MLflow reads it as it loads;
+    # the evaluate stage has no thread of ours that reads the environment)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     try:
         import mlflow
 

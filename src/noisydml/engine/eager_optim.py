@@ -28,33 +28,24 @@ from torch._compile import _disable_dynamo
 _DISABLE_DYNAMO_WRAPPER = _disable_dynamo(lambda: None).__code__
 
 
-def _settle(obj, depth: int = 0) -> int:
-    """Fill the cache of each ``torch._disable_dynamo`` wrapper reachable from ``obj`` (itself, or its closure up to
-    two levels down: ``_disable_dynamo_if_unsupported`` keeps one inside) with the wrapped function. How many."""
-    code = getattr(obj, "__code__", None)
+def _settle(method) -> None:
+    """Fill the cache of ``method``'s ``torch._disable_dynamo`` wrapper (if it is one) with the wrapped function:
+    the wrapper then calls it without importing ``torch._dynamo`` to build a "disabled" version of it."""
+    code = getattr(method, "__code__", None)
     if code is _DISABLE_DYNAMO_WRAPPER:
-        function = obj.__closure__[code.co_freevars.index("fn")].cell_contents
+        function = method.__closure__[code.co_freevars.index("fn")].cell_contents
         if getattr(function, "__dynamo_disable", None) is None:
             setattr(function, "__dynamo_disable", function)
-        return 1
-    settled = 0
-    for cell in (getattr(obj, "__closure__", None) or ()) if depth < 2 else ():
-        try:
-            inner = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if callable(inner):
-            settled += _settle(inner, depth + 1)
-    return settled
 
 
 @functools.cache
 def eager(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
     """``cls`` (a torch.optim optimizer) as a subclass whose methods do not import ``torch._dynamo``."""
     if "torch._dynamo" not in sys.modules:
-        for value in vars(torch.optim.Optimizer).values():
-            _settle(value)
-        _settle(getattr(sys.modules[cls.__module__], cls.__name__.lower(), None))  # the functional form (adam, sgd)
+        # zero_grad, state_dict, load_state_dict, add_param_group (the functional forms' wrappers, inside
+        # _disable_dynamo_if_unsupported, run only under torch.compile)
+        for method in vars(torch.optim.Optimizer).values():
+            _settle(method)
     builtin_step = inspect.unwrap(cls.step)
 
     def step(self, closure=None):
