@@ -43,6 +43,11 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture
 def raw_params():
+    """The repository's params.yaml as a plain mapping, to modify in a test (:func:`repository_params`)."""
+    return repository_params()
+
+
+def repository_params():
     """The repository's params.yaml as a plain mapping, to modify in a test.
 
     Runs start from scratch here (``train.pretrained: none``): a unit test has no pretrain stage's output;

@@ -59,25 +59,30 @@ def _summary(result) -> dict:
             "resumed_from": result.resumed_from_epoch, "device": result.device}
 
 
-def _worker(rank: int, world: int, init: str, method: str, checkpoint: str, out: str, stop: int | None):
+def _worker(rank: int, world: int, init: str, methods: list[str], checkpoint: str, out: str, stop: int | None):
+    """One rank: each of ``methods`` trained in turn in the same process group (a fresh Trainer and checkpoint
+    each), its summary saved to ``{out}.{method}.rank{rank}``."""
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     try:
-        trainer = Trainer(_spec(method), *_data(), checkpoint_path=checkpoint, runtime=RUNTIME,
-                          stop_after_epoch=stop)
-        try:
-            summary = _summary(trainer.fit())
-        except KeyboardInterrupt:
-            summary = {"stopped": True}
-        torch.save(summary, f"{out}.rank{rank}")
+        for method in methods:
+            trainer = Trainer(_spec(method), *_data(), checkpoint_path=checkpoint.format(method=method),
+                              runtime=RUNTIME, stop_after_epoch=stop)
+            try:
+                summary = _summary(trainer.fit())
+            except KeyboardInterrupt:
+                summary = {"stopped": True}
+            torch.save(summary, f"{out}.{method}.rank{rank}")
     finally:
         dist.destroy_process_group()
 
 
-def _two_processes(tmp_path: Path, method: str, checkpoint: Path, stop: int | None = None) -> list[dict]:
+def _two_processes(tmp_path: Path, methods: list[str], checkpoint: str, stop: int | None = None) -> dict:
+    """Each of ``methods`` on two spawned ranks (one spawn for all: two processes' start-up, not one per method);
+    ``checkpoint`` a path with ``{method}``. method -> [rank 0's summary, rank 1's]."""
     init = tempfile.mktemp(dir=tmp_path)
-    out = str(tmp_path / f"{method}-{stop}")
-    mp.spawn(_worker, args=(2, init, method, str(checkpoint), out, stop), nprocs=2)
-    return [torch.load(f"{out}.rank{r}", weights_only=False) for r in range(2)]
+    out = str(tmp_path / f"two-{stop}")
+    mp.spawn(_worker, args=(2, init, methods, checkpoint, out, stop), nprocs=2)
+    return {m: [torch.load(f"{out}.{m}.rank{r}", weights_only=False) for r in range(2)] for m in methods}
 
 
 def _one_process(tmp_path: Path, method: str) -> dict:
@@ -86,22 +91,25 @@ def _one_process(tmp_path: Path, method: str) -> dict:
                             runtime=RUNTIME).fit())
 
 
+COMPARED = ["prism", "proxy_anchor", "sgps_forward"]
+
+
 @pytest.fixture(scope="module")
-def prism_on_two_processes(tmp_path_factory):
-    """The uninterrupted two-process prism run, shared by the comparison with one process and the resume test."""
+def on_two_processes(tmp_path_factory):
+    """The uninterrupted two-process runs of every compared method, in one spawn; prism's is also the reference of
+    the resume test."""
     folder = tmp_path_factory.mktemp("whole")
-    return _two_processes(folder, "prism", folder / "whole.pt")
+    return _two_processes(folder, COMPARED, str(folder / "{method}-two.pt"))
 
 
-@pytest.mark.parametrize("method", ["prism", "proxy_anchor", "sgps_forward"])
-def test_two_processes_follow_the_one_process_run(tmp_path, method, request):
+@pytest.mark.parametrize("method", COMPARED)
+def test_two_processes_follow_the_one_process_run(tmp_path, method, on_two_processes):
     """prism: the class-centre memory and XBM filled from the gathered batch; proxy_anchor: proxies (a method's
     own parameters, averaged over ranks); sgps_forward: extra rows (Method.extra_samples) split over the ranks and
     gathered back in order. Same losses to tolerance; every buffer and parameter identical across ranks, bit for
     bit."""
     one = _one_process(tmp_path, method)
-    rank0, rank1 = (request.getfixturevalue("prism_on_two_processes") if method == "prism"
-                    else _two_processes(tmp_path, method, tmp_path / f"{method}-two.pt"))
+    rank0, rank1 = on_two_processes[method]
     np.testing.assert_allclose([h["loss"] for h in rank0["history"]], [h["loss"] for h in one["history"]],
                                rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose([h["test_precision_at_1"] for h in rank0["history"]],
@@ -127,12 +135,12 @@ def test_two_processes_follow_the_one_process_run(tmp_path, method, request):
         assert max(h["sgps_noise_batch"] for h in rank0["history"]) > 0
 
 
-def test_two_processes_resume_after_a_kill(tmp_path, prism_on_two_processes):
+def test_two_processes_resume_after_a_kill(tmp_path, on_two_processes):
     checkpoint = tmp_path / "prism.pt"
-    whole = prism_on_two_processes
-    stopped = _two_processes(tmp_path, "prism", checkpoint, stop=1)
+    whole = on_two_processes["prism"]
+    stopped = _two_processes(tmp_path, ["prism"], str(checkpoint), stop=1)["prism"]
     assert stopped == [{"stopped": True}, {"stopped": True}] and checkpoint.is_file()
-    resumed = _two_processes(tmp_path, "prism", checkpoint)
+    resumed = _two_processes(tmp_path, ["prism"], str(checkpoint))["prism"]
     assert resumed[0]["resumed_from"] == resumed[1]["resumed_from"] == 1
     assert [h["loss"] for h in resumed[0]["history"]] == [h["loss"] for h in whole[0]["history"]]
     assert torch.equal(resumed[0]["test"], whole[0]["test"])

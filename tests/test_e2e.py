@@ -1,20 +1,25 @@
-"""A tiny end-to-end `dvc repro` in a temporary git + DVC repository.
+"""A tiny end-to-end pipeline in a temporary git + DVC repository.
 
 Checks what a user relies on: the grid runs to a report, a second `dvc repro`
 does nothing, changing one noise rate dirties only what depends on it, and
 MLflow holds one finished run per trained model.
 
-Why this module is slow (about 5 minutes on 2 cores): every DVC stage is a
-process that imports torch, MLflow and faiss (seconds each), whatever the size
-of its work. The module pays for one `dvc repro` of a grid that has one stage
-of every kind (download, prepare, pretrain, corrupt, corrupt_from_run, train,
+Why this module is slow (minutes on 2 cores): every DVC stage is a process
+that imports torch, MLflow and faiss (seconds each), whatever the size of its
+work. The module builds one repository, whose grid has one stage of every kind
+(download, prepare, pretrain, corrupt, corrupt_from_run, train,
 train_on_run_noise, train_chain, train_embedding_size, train_bspml_cell,
-timing, evaluate, report) and shares it between its tests; a test that re-runs
-stages re-runs only those its check needs. A chain killed and resumed through
-DVC, and `dvc exp run -S train.optimizer.lr=3e-05`, are checked on
-test_e2e_sgps.py's repository, which runs beside this one on the other worker.
+timing, evaluate, report), and shares it between its tests; a test that
+re-runs stages re-runs only those its check needs, through DVC itself (`dvc
+exp run -S`, `dvc repro`). The repository is built by the launcher (README
+"Many runs at once": the stages' own commands, one warm process, recorded in
+dvc.lock as `dvc repro` records them), which tests/test_launch.py compares
+with a serial `dvc repro` bit for bit; DVC is then the judge here (`dvc status`
+clean, a second `dvc repro` runs nothing, CI's guard passes). The suite's
+`dvc repro` from scratch is test_e2e_sgps.py's, which runs beside this module
+on the other worker, with a chain killed and resumed through DVC and `dvc exp
+run -S train.optimizer.lr=3e-05`.
 """
-
 import json
 import subprocess
 import sys
@@ -65,7 +70,9 @@ def repo(tmp_path_factory):
     raw["timing"]["noise"] = "sc25"
     raw["timing"]["entries"] = {"prism_eq3": {"label": "PRISM without centres", "method": "prism",
                                               "hparams": {"centres": False}}}
-    env, out = dvc_repo(root, raw)
+    env, _ = dvc_repo(root, raw, repro=False)
+    # one warm stage process (-j 1: the other core is the other test worker's); its output, as dvc repro's would be
+    out = _run([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "1"], root, env)
     return root, env, out
 
 

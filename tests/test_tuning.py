@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import dvc_repo, run_command, tiny_params
+from conftest import dvc_repo, repository_params, run_command, tiny_params
 from noisydml.config import validate_params
 from noisydml.schema import ParamsError
 
@@ -244,31 +244,43 @@ def test_a_papers_method_searches_every_key_its_baseline_searches(raw_params, me
         assert {k: entry.get(k) for k in ranges} == {k: spaces[method][key].get(k) for k in ranges}, key
 
 
+TUNED_RUN = "train_tuned@glyphs-sym50-mcl-0"
+TUNED_CHAIN = "train_tuned_chain@glyphs-sym50-mcl_after"
+
+
+@pytest.fixture(scope="module")
+def tuned_repo(tmp_path_factory):
+    """One repository for both checks below: mcl tuned (tuning.methods) and the chain prism -> ms_kept -> mcl_after
+    tuned (tuning.chains), both tuned runs made by one `dvc repro` (their data stages shared)."""
+    root = tmp_path_factory.mktemp("tuned")
+    raw = chain_tuning_params(repository_params())
+    raw["tuning"]["methods"] = ["mcl"]
+    env, _ = dvc_repo(root, raw, repro=False)
+    run_command([sys.executable, "-m", "dvc", "repro", TUNED_RUN, TUNED_CHAIN], root, env)
+    return root, env
+
+
 @pytest.mark.e2e
-def test_chosen_values_reach_the_tuned_run_through_a_dvc_edge(raw_params, tmp_path):
-    raw = tuning_params(raw_params, trials=2)
-    env, _ = dvc_repo(tmp_path, raw, repro=False)
-    dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", "train_tuned@glyphs-sym50-mcl-0"], tmp_path, env)
+def test_chosen_values_reach_the_tuned_run_through_a_dvc_edge(tuned_repo):
+    tmp_path, env = tuned_repo
+    dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", TUNED_RUN], tmp_path, env)
     assert "tune@glyphs-sym50-mcl" in dag
-    run_command([sys.executable, "-m", "dvc", "repro", "train_tuned@glyphs-sym50-mcl-0"], tmp_path, env)
     chosen = json.loads((tmp_path / "tuning/glyphs/sym50/mcl/chosen.json").read_text())
     run = json.loads((tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/run.json").read_text())
     assert run["tuned"]["values"] == chosen["values"]
     model = __import__("torch").load(tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/model.pt", weights_only=False)
     assert np.isclose(model["train"]["optimizer"]["lr"], chosen["values"]["train.optimizer.lr"])
     assert not (tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/test_embeddings.npz").stat().st_size == 0
-    status = run_command([sys.executable, "-m", "dvc", "status", "train_tuned@glyphs-sym50-mcl-0"], tmp_path, env)
+    status = run_command([sys.executable, "-m", "dvc", "status", TUNED_RUN], tmp_path, env)
     assert "up to date" in status
 
 
 @pytest.mark.e2e
-def test_a_tuned_chain_trains_from_the_grids_upstream_with_its_studys_values_through_dvc_edges(raw_params, tmp_path):
-    raw = chain_tuning_params(raw_params)
-    env, _ = dvc_repo(tmp_path, raw, repro=False)
-    stage = "train_tuned_chain@glyphs-sym50-mcl_after"
+def test_a_tuned_chain_trains_from_the_grids_upstream_with_its_studys_values_through_dvc_edges(tuned_repo):
+    tmp_path, env = tuned_repo
+    stage = TUNED_CHAIN
     dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", stage], tmp_path, env)
     assert "tune_chain@glyphs-sym50-mcl_after" in dag and "train_chain@mcl_after" in dag
-    run_command([sys.executable, "-m", "dvc", "repro", stage], tmp_path, env)
     chosen = json.loads((tmp_path / "tuning/glyphs/sym50/mcl_after/chosen.json").read_text())
     run = json.loads((tmp_path / "runs/glyphs/sym50/mcl_after_tuned/seed0/run.json").read_text())
     assert run["tuned"]["values"] == chosen["values"]
