@@ -71,7 +71,7 @@ def repo(tmp_path_factory):
     raw["timing"]["entries"] = {"prism_eq3": {"label": "PRISM without centres", "method": "prism",
                                               "hparams": {"centres": False}}}
     env, _ = dvc_repo(root, raw, repro=False)
-    # one warm stage process (-j 1: the other core is the other test worker's); its output, as dvc repro's would be
+    # one warm stage process (-j 1: the other core is the other test worker's)
     out = _run([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "1"], root, env)
     return root, env, out
 
