@@ -262,33 +262,32 @@ def tuned_repo(tmp_path_factory):
 
 @pytest.mark.e2e
 def test_chosen_values_reach_the_tuned_run_through_a_dvc_edge(tuned_repo):
-    tmp_path, env = tuned_repo
-    dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", TUNED_RUN], tmp_path, env)
+    root, env = tuned_repo
+    dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", TUNED_RUN], root, env)
     assert "tune@glyphs-sym50-mcl" in dag
-    chosen = json.loads((tmp_path / "tuning/glyphs/sym50/mcl/chosen.json").read_text())
-    run = json.loads((tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/run.json").read_text())
+    chosen = json.loads((root / "tuning/glyphs/sym50/mcl/chosen.json").read_text())
+    run = json.loads((root / "runs/glyphs/sym50/mcl_tuned/seed0/run.json").read_text())
     assert run["tuned"]["values"] == chosen["values"]
-    model = __import__("torch").load(tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/model.pt", weights_only=False)
+    model = __import__("torch").load(root / "runs/glyphs/sym50/mcl_tuned/seed0/model.pt", weights_only=False)
     assert np.isclose(model["train"]["optimizer"]["lr"], chosen["values"]["train.optimizer.lr"])
-    assert not (tmp_path / "runs/glyphs/sym50/mcl_tuned/seed0/test_embeddings.npz").stat().st_size == 0
-    status = run_command([sys.executable, "-m", "dvc", "status", TUNED_RUN], tmp_path, env)
+    assert not (root / "runs/glyphs/sym50/mcl_tuned/seed0/test_embeddings.npz").stat().st_size == 0
+    status = run_command([sys.executable, "-m", "dvc", "status", TUNED_RUN], root, env)
     assert "up to date" in status
 
 
 @pytest.mark.e2e
 def test_a_tuned_chain_trains_from_the_grids_upstream_with_its_studys_values_through_dvc_edges(tuned_repo):
-    tmp_path, env = tuned_repo
-    stage = TUNED_CHAIN
-    dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", stage], tmp_path, env)
+    root, env = tuned_repo
+    dag = run_command([sys.executable, "-m", "dvc", "dag", "--md", TUNED_CHAIN], root, env)
     assert "tune_chain@glyphs-sym50-mcl_after" in dag and "train_chain@mcl_after" in dag
-    chosen = json.loads((tmp_path / "tuning/glyphs/sym50/mcl_after/chosen.json").read_text())
-    run = json.loads((tmp_path / "runs/glyphs/sym50/mcl_after_tuned/seed0/run.json").read_text())
+    chosen = json.loads((root / "tuning/glyphs/sym50/mcl_after/chosen.json").read_text())
+    run = json.loads((root / "runs/glyphs/sym50/mcl_after_tuned/seed0/run.json").read_text())
     assert run["tuned"]["values"] == chosen["values"]
     # from the grid's upstream (trained on every training class), as the untuned chain is
     assert run["upstream"]["run"] == "runs/glyphs/sym50/ms_kept/seed0"
-    model = __import__("torch").load(tmp_path / "runs/glyphs/sym50/mcl_after_tuned/seed0/model.pt", weights_only=False)
+    model = __import__("torch").load(root / "runs/glyphs/sym50/mcl_after_tuned/seed0/model.pt", weights_only=False)
     assert np.isclose(model["train"]["optimizer"]["lr"], chosen["values"]["train.optimizer.lr"])
-    status = run_command([sys.executable, "-m", "dvc", "status", stage], tmp_path, env)
+    status = run_command([sys.executable, "-m", "dvc", "status", TUNED_CHAIN], root, env)
     assert "up to date" in status
 
 
