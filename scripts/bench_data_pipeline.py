@@ -73,7 +73,9 @@ def child_train(root: str, n: int) -> None:
 
     from noisydml.config import load_params
     from noisydml.data.images import ImageFiles
-    from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
+    from noisydml.engine.job import Job
+    from noisydml.engine.types import ImageSet, RunSpec
+    from noisydml.pipeline.job import fit
     from noisydml.pipeline.check import check_all
 
     torch.set_num_threads(2)
@@ -90,9 +92,9 @@ def child_train(root: str, n: int) -> None:
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        Trainer(spec, ImageSet(files[np.flatnonzero(train)], dense_train),
+        fit(Job(spec, ImageSet(files[np.flatnonzero(train)], dense_train),
                 ImageSet(files[np.flatnonzero(test)], dense_test), Path(tmp) / "ckpt.pt",
-                runtime={**params["runtime"], "progress": False, "threads": 2}).fit()
+                runtime={**params["runtime"], "progress": False, "threads": 2}))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"images": len(paths), "peak_rss_mib": peak / 1024, "rss_before_training_mib": base / 1024,
                       "seconds": time.perf_counter() - t0}))

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from noisydml.config import load_params
 from noisydml.methods import build_method, load_spec
 from noisydml.methods.base import Batch, MethodSetup
-from noisydml.methods.parts.prism_selection import ClassCentreMemory, SlidingThreshold, clean_probability
+from noisydml.methods.parts.prism import ClassCentreMemory, SlidingThreshold, clean_probability
 from noisydml.models import build_model
 
 

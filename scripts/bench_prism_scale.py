@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from noisydml.methods.parts.prism_selection import ClassCentreMemory, SlidingThreshold, clean_probability
+from noisydml.methods.parts.prism import ClassCentreMemory, SlidingThreshold, clean_probability
 
 
 class AuthorsThreshold:

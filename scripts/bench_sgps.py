@@ -100,14 +100,15 @@ def bench_steps(args, params: dict) -> None:
         t = time.perf_counter()
         for k, idx in enumerate(batches):
             index = torch.from_numpy(idx)
-            extra_rows = method.extra_samples(idx, 0, step0 + k)
+            request = method.extra_samples(idx, 0, step0 + k)  # an ExtraRows request (or None)
+            extra_rows = None if request is None else request.rows
             rows = idx if extra_rows is None else np.concatenate([idx, extra_rows])
             emb, feats = model.forward_with_features(images[torch.from_numpy(rows)])
             extra = None
             if extra_rows is not None:  # one training-mode pass over batch + positives, as the trainer does
                 extra_index = torch.from_numpy(extra_rows)
                 extra = Batch(emb[len(idx):], feats[len(idx):], labels_t[extra_index], extra_index, extra_index,
-                              step=step0 + k, epoch=0)
+                              step=step0 + k, epoch=0, request=request)
                 emb, feats = emb[:len(idx)], feats[:len(idx)]
             batch = Batch(emb, feats, labels_t[index], index, index, step=step0 + k, epoch=0, extra=extra)
             loss, _ = method.loss(batch)

@@ -273,7 +273,7 @@ def section_knn(size: dict) -> dict:
 
 def _step_fn(model, loss_of, optimizer, amp: str, device, scaler):
 
-    from noisydml.engine.trainer import autocast
+    from noisydml.engine.strategy import autocast
 
     def step():
         loss = loss_of(lambda x: _forward(model, x, amp, device, autocast))
@@ -383,7 +383,8 @@ def section_methods(size: dict) -> dict:
             def loss_of(fwd):
                 idx = np.sort(rng.choice(classes, batch // per_class, replace=False))
                 rows = (idx[:, None] * per_class + np.arange(per_class)).ravel()
-                extra = method.extra_samples(rows, 0, state["step"])
+                request = method.extra_samples(rows, 0, state["step"])  # an ExtraRows request (or None)
+                extra = None if request is None else request.rows
                 every = rows if extra is None else np.concatenate([rows, extra])
                 key = len(every)
                 if key not in images:  # random inputs, made once per shape (decoding is the decode section's)
@@ -394,7 +395,7 @@ def section_methods(size: dict) -> dict:
                 if extra is not None:
                     extra_index = torch.from_numpy(extra).to(device)
                     extra_batch = Batch(emb[len(rows):], feats[len(rows):], labels_t[extra_index], extra_index,
-                                        extra_index, step=state["step"], epoch=0)
+                                        extra_index, step=state["step"], epoch=0, request=request)
                     emb, feats = emb[:len(rows)], feats[:len(rows)]
                 b = Batch(emb, feats, labels_t[index], index, index, step=state["step"], epoch=0, extra=extra_batch)
                 loss, _ = method.loss(b)

@@ -175,3 +175,30 @@ def jpeg_bytes(seed: int, size=(20, 16)) -> bytes:
     from noisydml.pipeline.rehearsal import jpeg_bytes as rehearsal_jpeg
 
     return rehearsal_jpeg(seed, size)
+
+
+def fit_job(spec, train_set, test_set, checkpoint_path, stop_after_epoch=None, **job):
+    """One fit of the engine as the pipeline's job builder makes them (a :class:`~noisydml.engine.job.Job`, the
+    default callbacks), with ``stop_after_epoch`` the seam that stops it after that epoch's checkpoint."""
+    from noisydml.engine.callbacks import stop_after
+    from noisydml.engine.job import Job
+    from noisydml.engine.trainer import Trainer
+
+    return Trainer(Job(spec, train_set, test_set, checkpoint_path, **job), callbacks=stop_after(stop_after_epoch)).fit()
+
+
+class FakeServices:
+    """A method test's :class:`~noisydml.methods.base.MethodServices`: ``build_network()`` calls ``build``;
+    ``forward(batch, net[, transform])`` calls ``forward_with(net[, transform])``, set by the test per batch."""
+
+    def __init__(self, build=None):
+        self.build, self.forward_with = build, None
+
+    def build_network(self):
+        return self.build()
+
+    def forward(self, batch, network=None, transform=None):
+        return self.forward_with(network) if transform is None else self.forward_with(network, transform)
+
+    def embed_train(self, network):
+        raise NotImplementedError("FakeServices: no training rows here")

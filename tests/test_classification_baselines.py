@@ -2,7 +2,6 @@
 trainer pieces they need (a second network, retrieval on the features, an epoch the method picks)."""
 
 import copy
-import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -14,13 +13,14 @@ from conftest import batch_of
 from noisydml.config import ParamsError, load_params
 from noisydml.data import glyphs
 from noisydml.engine.judge import GroundTruth
-from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
+from noisydml.engine.types import ImageSet, RunSpec
 from noisydml.methods import build_method
 from noisydml.methods.base import MethodSetup
 from noisydml.methods.f_correction import estimate_transition, forward_corrected_loss
 from noisydml.methods.labelwave import LabelWaveSelector
 from noisydml.methods.parts.coteaching import forget_share, small_loss_rows
 from noisydml.pipeline.check import check_all
+from conftest import FakeServices, fit_job
 
 PARAMS = check_all(load_params("params.yaml"))
 
@@ -36,12 +36,16 @@ class _Identity(torch.nn.Module):
         self.head = torch.nn.Linear(4, 4)
 
 
+#: the Co-teaching methods' services: their peer networks are the identity, their outputs the batch's (_batch)
+PEER_SERVICES = FakeServices(_Identity)
+
+
 def _coteaching(name, **hparams):
     """A Co-teaching method whose two classifiers are the identity: logits = the features given."""
     labels = np.repeat(np.arange(4), 4)
     hp = {**PARAMS["methods"][name], **hparams}
     method = build_method(name, MethodSetup(hp, 4, 4, len(labels), labels, seed=0, feature_dim=4,
-                                            build_network=_Identity))
+                                            services=PEER_SERVICES))
     for classifier in (method.classifier, method.peer.classifier):
         with torch.no_grad():
             classifier.layer.weight.copy_(torch.eye(4))
@@ -53,7 +57,8 @@ def _batch(logits_f, logits_g, labels, epoch=0):
     features = logits_f.clone().requires_grad_()
     peer = logits_g.clone().requires_grad_()
     batch = batch_of(F.normalize(torch.randn(len(labels), 4), dim=1), labels, epoch=epoch, features=features)
-    return dataclasses.replace(batch, forward_network=lambda net: (peer, peer)), features, peer
+    PEER_SERVICES.forward_with = lambda net: (peer, peer)
+    return batch, features, peer
 
 
 def test_the_forget_schedule_grows_to_tau_over_t_k_epochs():
@@ -119,7 +124,7 @@ def test_coteaching_plus_exchanges_only_where_the_networks_disagree():
 def test_coteaching_w_t_classifies_with_the_normalised_softmax():
     method = build_method("coteaching_t", MethodSetup(PARAMS["methods"]["coteaching_t"], 4, 4, 8,
                                                       np.repeat(np.arange(4), 2), seed=0, feature_dim=6,
-                                                      build_network=lambda: _Identity()))
+                                                      services=FakeServices(_Identity)))
     features = torch.randn(3, 6)
     cosine = F.normalize(features, dim=1) @ F.normalize(method.classifier.layer.weight, dim=1).T
     assert torch.allclose(method.classifier(features), cosine / 0.05)
@@ -196,7 +201,7 @@ def _spec(method, epochs=3, hparams=None, **train):
 
 
 def _fit(spec, data, ckpt, **kw):
-    return Trainer(spec, *data, checkpoint_path=ckpt, runtime={**PARAMS["runtime"], "progress": False}, **kw).fit()
+    return fit_job(spec, *data, checkpoint_path=ckpt, runtime={**PARAMS["runtime"], "progress": False}, **kw)
 
 
 def _noisy_truth(train):

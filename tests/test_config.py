@@ -123,11 +123,11 @@ def test_embedding_size_points_are_runs_and_their_settings_are_checked():
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     assert validate_params(raw)["figures"]["embedding_size"]["dims"] == []  # opt-in: no runs by default
-    assert not [r for r in runs_of(validate_params(copy.deepcopy(raw))) if r.kind == "embedding_size"]
+    assert not [r for r in runs_of(validate_params(copy.deepcopy(raw))) if r.kind.name == "embedding_size"]
     on = copy.deepcopy(raw)
     on["grid"]["noises"] = [*raw["grid"]["noises"], "sympc20"]
     on["figures"]["embedding_size"].update(dims=[16, 32], seeds=[0, 1])
-    points = [r for r in runs_of(validate_params(on)) if r.kind == "embedding_size"]
+    points = [r for r in runs_of(validate_params(on)) if r.kind.name == "embedding_size"]
     assert len(points) == 3 * 2 * 2
     point = next(r for r in points if r.folder == "runs/glyphs/sympc20/bspml_dim16/seed1")
     assert (point.method, point.train, point.point, point.stage) == (
@@ -164,7 +164,7 @@ def test_bspml_cells_are_runs_named_as_dvc_writes_their_values():
     on = copy.deepcopy(raw)
     on["grid"]["noises"] = [*raw["grid"]["noises"], "sympc20"]
     on["figures"]["bspml_cells"].update(lambdas=[2.7, 3.0], mus=[0.0, 20], seeds=[0])
-    cells = sorted(r.name for r in runs_of(validate_params(on)) if r.kind == "bspml_cell")
+    cells = sorted(r.name for r in runs_of(validate_params(on)) if r.kind.name == "bspml_cell")
     # the names keep the values as YAML wrote them (DVC's stage paths do the same): 20 stays "20", 3.0 "3.0"
     assert cells == ["bspml_lam2.7_mu0.0", "bspml_lam2.7_mu20", "bspml_lam3.0_mu0.0", "bspml_lam3.0_mu20"]
     for change, message in [

@@ -184,7 +184,7 @@ def test_run_sourced_noise_entries_are_checked(raw_params, entry, key, run_noise
     raw = _run_noise_params(raw_params, entry, key, run_noises)
     if message is None:
         params = validate_params(raw)
-        assert "runs/glyphs/scrun/ms/seed0" in [r.folder for r in runs_of(params) if r.kind == "grid"]
+        assert "runs/glyphs/scrun/ms/seed0" in [r.folder for r in runs_of(params) if r.kind.name == "grid"]
         return
     with pytest.raises(ParamsError, match=message):
         validate_params(raw)

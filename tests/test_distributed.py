@@ -24,9 +24,10 @@ import torch.multiprocessing as mp
 from noisydml.config import load_params
 from noisydml.data import glyphs
 from noisydml.engine import distributed
-from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
+from noisydml.engine.types import ImageSet, RunSpec
 from noisydml.pipeline.check import check_all
 from noisydml.schema import ParamsError
+from conftest import fit_job
 
 PARAMS = check_all(load_params("params.yaml"))
 RUNTIME = {**PARAMS["runtime"], "progress": False, "threads": 1}
@@ -60,15 +61,14 @@ def _summary(result) -> dict:
 
 
 def _worker(rank: int, world: int, init: str, methods: list[str], checkpoint: str, out: str, stop: int | None):
-    """One rank: each of ``methods`` trained in turn in the same process group (a fresh Trainer and checkpoint
+    """One rank: each of ``methods`` trained in turn in the same process group (a fresh fit and checkpoint
     each), its summary saved to ``{out}.{method}.rank{rank}``."""
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     try:
         for method in methods:
-            trainer = Trainer(_spec(method), *_data(), checkpoint_path=checkpoint.format(method=method),
-                              runtime=RUNTIME, stop_after_epoch=stop)
             try:
-                summary = _summary(trainer.fit())
+                summary = _summary(fit_job(_spec(method), *_data(), checkpoint_path=checkpoint.format(method=method),
+                                           runtime=RUNTIME, stop_after_epoch=stop))
             except KeyboardInterrupt:
                 summary = {"stopped": True}
             torch.save(summary, f"{out}.{method}.rank{rank}")
@@ -87,8 +87,8 @@ def _two_processes(tmp_path: Path, methods: list[str], checkpoint: str, stop: in
 
 def _one_process(tmp_path: Path, method: str) -> dict:
     torch.set_num_threads(1)
-    return _summary(Trainer(_spec(method), *_data(), checkpoint_path=tmp_path / f"{method}-one.pt",
-                            runtime=RUNTIME).fit())
+    return _summary(fit_job(_spec(method), *_data(), checkpoint_path=tmp_path / f"{method}-one.pt",
+                            runtime=RUNTIME))
 
 
 COMPARED = ["prism", "proxy_anchor", "sgps_forward"]

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from noisydml.data import glyphs
-from noisydml.engine import trainer as trainer_module
-from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
+from noisydml.engine import trainer as trainer_module  # builds the method
+from noisydml.engine.types import ImageSet, RunSpec
 from noisydml.methods.base import Method
+from conftest import fit_job
 
 from conftest import REPO
 
@@ -69,7 +70,7 @@ def _fit(monkeypatch, data, path, **method_kw):
         return built[-1]
 
     monkeypatch.setattr(trainer_module, "build_method", build)
-    result = Trainer(_spec(), *data, checkpoint_path=path, runtime=RUNTIME).fit()
+    result = fit_job(_spec(), *data, checkpoint_path=path, runtime=RUNTIME)
     return result, built[-1]
 
 
@@ -89,7 +90,7 @@ def test_a_run_with_extra_rows_resumes_bit_exactly(monkeypatch, data, tmp_path):
     whole, _ = _fit(monkeypatch, data, tmp_path / "a.pt")
     monkeypatch.setattr(trainer_module, "build_method", lambda name, setup: PositivesPerAnchor(setup))
     with pytest.raises(KeyboardInterrupt):
-        Trainer(_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME, stop_after_epoch=1).fit()
+        fit_job(_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME, stop_after_epoch=1)
     resumed, _ = _fit(monkeypatch, data, tmp_path / "b.pt")
     assert resumed.resumed_from_epoch == 1
     assert torch.equal(resumed.test_embeddings, whole.test_embeddings)
@@ -116,11 +117,11 @@ def _sgps_spec():
 def test_sgps_forwards_its_positives_through_the_trainer_and_resumes_bit_exactly(data, tmp_path):
     """The real method behind the extension point: from SGM's first round (epoch 1) every step forwards K
     positives per item, and L_noise trains on their embeddings; a killed run resumes bit-exactly."""
-    whole = Trainer(_sgps_spec(), *data, checkpoint_path=tmp_path / "a.pt", runtime=RUNTIME).fit()
+    whole = fit_job(_sgps_spec(), *data, checkpoint_path=tmp_path / "a.pt", runtime=RUNTIME)
     noise = [h["sgps_noise_batch"] for h in whole.history]
     assert noise[0] == 0.0 and max(noise[1:]) > 0  # no positives before SGM; L_noise once it ran
     with pytest.raises(KeyboardInterrupt):
-        Trainer(_sgps_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME, stop_after_epoch=2).fit()
-    resumed = Trainer(_sgps_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME).fit()
+        fit_job(_sgps_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME, stop_after_epoch=2)
+    resumed = fit_job(_sgps_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME)
     assert resumed.resumed_from_epoch == 2
     assert torch.equal(resumed.test_embeddings, whole.test_embeddings)

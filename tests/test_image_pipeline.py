@@ -18,8 +18,9 @@ from noisydml.data import DatasetError
 from noisydml.data.images import ImageFiles, InputPipeline, InputTransform, images_to_tensor, worker_shares
 from noisydml.data.prepared import PreparedDataset, class_order
 from noisydml.data.registry import prepare_dataset
-from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
+from noisydml.engine.types import ImageSet, RunSpec
 from noisydml.pipeline.check import check_all
+from conftest import fit_job
 
 PARAMS = check_all(load_params("params.yaml"))
 
@@ -171,10 +172,10 @@ def test_a_lazily_loaded_run_resumes_bit_exactly_with_augmentation(tmp_path):
     train = ImageSet(files[np.flatnonzero(train_rows)], labels[train_rows])
     test = ImageSet(files[np.flatnonzero(test_rows)], labels[test_rows])
     runtime = {**PARAMS["runtime"], "progress": False, "threads": 1}
-    whole = Trainer(_spec(), train, test, tmp_path / "a.pt", runtime=runtime).fit()
+    whole = fit_job(_spec(), train, test, tmp_path / "a.pt", runtime=runtime)
     with pytest.raises(KeyboardInterrupt):
-        Trainer(_spec(), train, test, tmp_path / "b.pt", runtime=runtime, stop_after_epoch=1).fit()
-    resumed = Trainer(_spec(), train, test, tmp_path / "b.pt", runtime={**runtime, "loader_workers": 2}).fit()
+        fit_job(_spec(), train, test, tmp_path / "b.pt", runtime=runtime, stop_after_epoch=1)
+    resumed = fit_job(_spec(), train, test, tmp_path / "b.pt", runtime={**runtime, "loader_workers": 2})
     assert resumed.resumed_from_epoch == 1
     assert torch.equal(whole.test_embeddings, resumed.test_embeddings)
     assert torch.equal(whole.train_embeddings, resumed.train_embeddings)

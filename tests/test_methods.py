@@ -1,12 +1,10 @@
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
 
-from conftest import batch_of
+from conftest import FakeServices, batch_of
 from noisydml.config import load_params
-from noisydml.engine.trainer import build_optimizer
+from noisydml.engine.optim import build_optimizer
 from noisydml.methods import build_method, method_names
 from noisydml.methods.base import MethodSetup
 from noisydml.pipeline.check import check_all
@@ -33,7 +31,7 @@ def _setup(name, num_classes=4):
     inputs = {"confidence_classes": labels[:, None], "confidence_values": np.ones((len(labels), 1), np.float32),
               "confidence_label": labels}
     return MethodSetup(PARAMS["methods"][name], num_classes, 16, len(labels), labels, seed=0, feature_dim=16,
-                       inputs=inputs, build_network=_TinyNetwork)
+                       inputs=inputs, services=FakeServices(_TinyNetwork))
 
 
 @pytest.mark.parametrize("step", [0, 100_000], ids=["first-step", "past-every-warm-up"])
@@ -51,7 +49,7 @@ def test_every_method_gives_a_finite_differentiable_loss(name, step):
         features = emb.detach().clone().requires_grad_() if on_features else None
         batch = batch_of(emb, labels, step=step + i, features=features)
         inputs = emb.detach() + 0.1 * torch.randn(16, 16)
-        batch = dataclasses.replace(batch, forward_network=lambda net, x=inputs: net.forward_with_features(x))
+        method.setup.services.forward_with = lambda net, x=inputs: net.forward_with_features(x)
         loss, logs = method.loss(batch)
         assert loss.ndim == 0 and torch.isfinite(loss)
         loss.backward()

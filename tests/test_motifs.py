@@ -51,7 +51,7 @@ def test_motifs_trains_through_the_pipeline_with_small_cluster_noise(raw_params,
     from noisydml.pipeline.layout import Layout
     from noisydml.pipeline.prepare import prepare
     from noisydml.pipeline.train import train
-    from noisydml.runs import Run
+    from noisydml.runs import GRID, Run
 
     raw = tiny_params(raw_params)
     raw["datasets"]["motifs"].update(num_classes=20, images_per_class=6, image_size=16)
@@ -69,7 +69,7 @@ def test_motifs_trains_through_the_pipeline_with_small_cluster_noise(raw_params,
     assert info["num_classes"] == 20
     stats = corrupt(params, "motifs", "sc50", layout)
     assert stats["actual_rate"] > 0
-    out = train(params, Run("grid", "train@motifs-sc50-ms-0", "motifs", "sc50", "ms", 0, "ms"), layout)
+    out = train(params, Run(GRID, "motifs-sc50-ms-0", "motifs", "sc50", "ms", 0, "ms"), layout)
     assert (out / "model.pt").is_file()
 
 

@@ -13,7 +13,7 @@ from conftest import batch_of
 from noisydml.engine.judge import GroundTruth, score_decisions
 from noisydml.methods import build_method, load_spec
 from noisydml.methods.base import MethodSetup
-from noisydml.methods.parts.prism_selection import ClassCentreMemory, SlidingThreshold, clean_probability
+from noisydml.methods.parts.prism import ClassCentreMemory, SlidingThreshold, clean_probability
 
 
 def _centres_from_scratch(memory):

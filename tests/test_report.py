@@ -89,8 +89,9 @@ def test_embedding_size_summary_places_runs_by_their_point_and_uses_the_sample_s
              "recall_at_1": r + s / 10, "precision_at_1": r + s / 10, "mean_average_precision_at_r": r / 10}
             for m, d, r in (("ms_rho1", 16, 0.3), ("ms_rho1", 32, 0.4), ("bspml", 16, 0.35)) for s in (0, 1)]
     from noisydml.runs import Run
+    from noisydml.studies.bspml import EMBEDDING_SIZE
 
-    sizes = {f"{m}_dim{d}": Run("embedding_size", "", "glyphs", "sympc20", f"{m}_dim{d}", 0, m, point={"embedding_dim": d})
+    sizes = {f"{m}_dim{d}": Run(EMBEDDING_SIZE, "", "glyphs", "sympc20", f"{m}_dim{d}", 0, m, point={"embedding_dim": d})
              for m in ("ms_rho1", "bspml") for d in (16, 32)}
     table = embedding_size_summary(pd.DataFrame(rows), sizes).set_index(["method", "embedding_dim"])
     assert table.loc[("ms_rho1", 32), "recall_at_1"] == pytest.approx(0.45)

@@ -41,7 +41,7 @@ def resolved(tmp_path_factory):
 def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
     params, stages, _ = resolved
     runs = runs_of(params)
-    assert {r.kind for r in runs} == {"grid", "chain", "tuned", "embedding_size", "bspml_cell", "sgps_ablation"}
+    assert {r.kind.name for r in runs} == {"grid", "chain", "tuned", "embedding_size", "bspml_cell", "sgps_ablation"}
     for run in runs:
         assert run.stage in stages, run.stage
         cmd, outs = stages[run.stage]
@@ -51,7 +51,7 @@ def test_every_run_is_the_train_stage_dvc_resolves_for_it(resolved):
     trained_by_dvc = {name for name, (cmd, _) in stages.items() if "stages/train.py" in cmd or
                       "stages/train_tuned.py" in cmd}
     # a tuned run trains through its own script (the only one that runs the tuning code), the others through train.py
-    assert all(("stages/train_tuned.py" in stages[r.stage][0]) == (r.kind == "tuned") for r in runs)
+    assert all(("stages/train_tuned.py" in stages[r.stage][0]) == (r.kind.name == "tuned") for r in runs)
     assert trained_by_dvc == {r.stage for r in runs}
     # a chain trains at every grid seed unless it names its seeds, in one stage
     chained = [r for r in runs if r.stage == "train_chain@sgps_posterior"]
@@ -83,12 +83,12 @@ def test_a_chains_upstream_folder_is_a_dvc_edge_to_every_seed_of_it(resolved, tm
 
 def test_a_runs_overrides_are_the_only_difference_from_params(resolved):
     params, _, _ = resolved
-    cell = next(r for r in runs_of(params) if r.kind == "bspml_cell" and r.point == {"lambda": 3.0, "mu": 20})
+    cell = next(r for r in runs_of(params) if r.kind.name == "bspml_cell" and r.point == {"lambda": 3.0, "mu": 20})
     trained = cell.params(params)
     assert trained["methods"]["bspml"] == {**params["methods"]["bspml"], "lambda_0": 3.0, "lambda_inf": 3.0,
                                            "age_multiplier": 1.0, "mu": 20}
     assert trained["train"] == params["train"] and cell.folder == "runs/glyphs/sympc20/bspml_lam3.0_mu20/seed0"
-    variant = next(r for r in runs_of(params) if r.kind == "sgps_ablation")
+    variant = next(r for r in runs_of(params) if r.kind.name == "sgps_ablation")
     # a nested section of the overrides is merged key by key
     assert variant.params({**params, "figures": params["figures"]})["methods"]["sgps"]["sgm"] == \
         params["methods"]["sgps"]["sgm"]

@@ -238,14 +238,16 @@ def test_forwarded_positives_are_drawn_for_every_item_and_carry_the_gradient():
     m.sgm_round.fill_(0)
     assert m.extra_samples(rows, 0, 7) is None  # no subgroups yet: nothing extra
     g = _grouped(m)
-    extra_rows = m.extra_samples(rows, 1, 7)
+    request = m.extra_samples(rows, 1, 7)  # the rows, and what was drawn with them (back on batch.extra)
+    extra_rows = request.rows
     drawn, _ = m.draw_positives(rows, 7)
     assert extra_rows.shape == (12,) and np.array_equal(extra_rows, drawn.reshape(-1))  # every item has candidates
     index = torch.as_tensor(rows)
     emb = F.normalize(torch.randn(4, 4, generator=g), dim=1).requires_grad_(True)
     extra_emb = F.normalize(torch.randn(12, 4, generator=g), dim=1).requires_grad_(True)  # not the bank's
     extra_index = torch.as_tensor(extra_rows)
-    extra = Batch(extra_emb, extra_emb, torch.as_tensor(labels[extra_rows]), extra_index, extra_index, 7, 1)
+    extra = Batch(extra_emb, extra_emb, torch.as_tensor(labels[extra_rows]), extra_index, extra_index, 7, 1,
+                  request=request)
     batch = Batch(emb, emb, torch.as_tensor(labels[rows]), index, index, step=7, epoch=1, extra=extra)
     keep = torch.tensor([True, False, True, False])
     value, _ = m.noise_loss(batch, keep)

@@ -11,7 +11,7 @@ from pytorch_metric_learning.losses import ProxyAnchorLoss
 from noisydml.config import load_params
 from noisydml.data import glyphs
 from noisydml.engine.judge import GroundTruth, score_decisions
-from noisydml.engine.trainer import ImageSet, RunSpec, Trainer
+from noisydml.engine.types import ImageSet, RunSpec
 from noisydml.methods import build_method, check_frozen_backbone
 from noisydml.methods.base import Batch, Decisions, MethodSetup
 from noisydml.methods.parts.smooth_proxy_anchor import (dense_confidences, relabel, smooth_proxy_anchor_loss,
@@ -19,6 +19,7 @@ from noisydml.methods.parts.smooth_proxy_anchor import (dense_confidences, relab
 from noisydml.models import build_model
 from noisydml.pipeline.check import check_all
 from noisydml.schema import ParamsError
+from conftest import fit_job
 
 PARAMS = check_all(load_params("params.yaml"))
 
@@ -160,8 +161,8 @@ def _fit(method, hparams, data, tmp_path, inputs=None):
                 m.running_var.uniform_(0.5, 2)
     start = copy.deepcopy(model.backbone.state_dict())
     spec = RunSpec(method, hparams, cfg, seed=5, data_fingerprint="test")
-    result = Trainer(spec, *data, checkpoint_path=tmp_path / f"{method}.pt",
-                     runtime={**PARAMS["runtime"], "progress": False}, inputs=inputs, backbone_state=start).fit()
+    result = fit_job(spec, *data, checkpoint_path=tmp_path / f"{method}.pt",
+                     runtime={**PARAMS["runtime"], "progress": False}, inputs=inputs, backbone_state=start)
     return start, result
 
 

@@ -6,10 +6,12 @@ import torch
 
 from noisydml.config import ParamsError, load_params
 from noisydml.data import glyphs
-from noisydml.engine.trainer import ImageSet, RunSpec, Trainer, epoch_batches, steps_per_epoch
+from noisydml.engine.sampling import epoch_batches, steps_per_epoch
+from noisydml.engine.types import ImageSet, RunSpec
 
 PARAMS = load_params("params.yaml")
 from noisydml.pipeline.check import check_all  # noqa: E402
+from conftest import fit_job
 
 PARAMS = check_all(PARAMS)
 
@@ -32,7 +34,7 @@ def _spec(method="mcl", epochs=3, hparams=None, **train):
 
 
 def _fit(spec, data, ckpt, **kw):
-    return Trainer(spec, *data, checkpoint_path=ckpt, runtime={**PARAMS["runtime"], "progress": False}, **kw).fit()
+    return fit_job(spec, *data, checkpoint_path=ckpt, runtime={**PARAMS["runtime"], "progress": False}, **kw)
 
 
 def test_batches_are_p_by_k_and_seeded():
@@ -181,11 +183,11 @@ def test_init_state_starts_from_another_runs_weights_and_resume_ignores_it(data,
 
 
 def test_a_checkpoint_of_other_code_is_not_resumed(data, tmp_path, monkeypatch, capsys):
-    import noisydml.engine.trainer as trainer
+    import noisydml.engine.callbacks as callbacks
 
     with pytest.raises(KeyboardInterrupt):
         _fit(_spec("ms"), data, tmp_path / "c.pt", stop_after_epoch=1)
-    monkeypatch.setattr(trainer, "code_fingerprint", lambda *modules: "edited")
+    monkeypatch.setattr(callbacks, "code_fingerprint", lambda *modules: "edited")
     result = _fit(_spec("ms"), data, tmp_path / "c.pt")
     assert result.resumed_from_epoch is None
     assert "the code changed since" in capsys.readouterr().out
@@ -196,8 +198,8 @@ def test_a_checkpoint_under_other_tracked_runtime_keys_is_not_resumed(data, tmp_
     another value is not resumed, and the message names the key."""
     with pytest.raises(KeyboardInterrupt):
         _fit(_spec("ms"), data, tmp_path / "r.pt", stop_after_epoch=1)
-    result = Trainer(_spec("ms"), *data, checkpoint_path=tmp_path / "r.pt",
-                     runtime={**PARAMS["runtime"], "progress": False, "deterministic": True}).fit()
+    result = fit_job(_spec("ms"), *data, checkpoint_path=tmp_path / "r.pt",
+                     runtime={**PARAMS["runtime"], "progress": False, "deterministic": True})
     assert result.resumed_from_epoch is None
     assert "runtime.deterministic changed since" in capsys.readouterr().out
 
@@ -208,7 +210,7 @@ def test_the_resume_fingerprint_covers_the_runs_own_code_only():
     from noisydml.closure import module_closure
 
     files = {str(p).split("src/")[-1] for p in module_closure("noisydml.pipeline.train", "noisydml.methods.sgps")}
-    assert {"noisydml/methods/sgps.py", "noisydml/methods/parts/sgps.py", "noisydml/methods/parts/prism_selection.py",
+    assert {"noisydml/methods/sgps.py", "noisydml/methods/parts/sgps.py", "noisydml/methods/parts/prism.py",
             "noisydml/engine/trainer.py", "noisydml/pipeline/train.py"} <= files
     assert not files & {"noisydml/tuning.py", "noisydml/reporting/figures.py", "noisydml/pipeline/check.py",
                         "noisydml/methods/ms.py", "noisydml/methods/parts/bspml.py"}
@@ -224,7 +226,7 @@ COSINE_AFTER_WARMUP = [(1 + np.cos(np.pi * k / 8)) / 2 for k in (0, 1, 4, 7)]  #
     ({"name": "constant", "warmup_epochs": 0, "step_epochs": 1, "gamma": 0.5}, [1.0] * 8),
 ])
 def test_lr_factor(schedule, expected):
-    from noisydml.engine.trainer import lr_factor
+    from noisydml.engine.optim import lr_factor
 
     factor = lr_factor(schedule, epochs=3, steps_per_epoch=4)
     assert np.allclose([factor(step) for step in (0, 1, 2, 3, 4, 5, 8, 11)], expected)
@@ -232,7 +234,7 @@ def test_lr_factor(schedule, expected):
 
 def test_warmup_hold_cosine_is_torchs_sequential_lr():
     """The SGPS authors' schedule: SequentialLR([LinearLR, CosineAnnealingLR], milestones) stepped per iteration."""
-    from noisydml.engine.trainer import lr_factor
+    from noisydml.engine.optim import lr_factor
 
     schedule = {**PARAMS["train"]["schedule"], "name": "warmup_hold_cosine", "warmup_steps": 10,
                 "warmup_start_factor": 0.01, "cosine_from_step": 30, "cosine_steps": 40}
@@ -250,7 +252,7 @@ def test_warmup_hold_cosine_is_torchs_sequential_lr():
 
 
 def test_betas_and_gradient_clipping_reach_the_optimiser(data, tmp_path):
-    from noisydml.engine.trainer import build_optimizer
+    from noisydml.engine.optim import build_optimizer
     from noisydml.methods import build_method
     from noisydml.methods.base import MethodSetup
 
@@ -319,9 +321,9 @@ def test_a_run_killed_before_its_tracking_run_opened_resumes_the_same_tracking_r
     instead of starting a second one (seen with two processes on one core)."""
     spec, first = _spec(), _SlowlyOpenedRun()
     with pytest.raises(KeyboardInterrupt):
-        Trainer(spec, *data, checkpoint_path=tmp_path / "e.pt", tracker=first, stop_after_epoch=1,
-                runtime={**PARAMS["runtime"], "progress": False}).fit()
+        fit_job(spec, *data, checkpoint_path=tmp_path / "e.pt", tracker=first, stop_after_epoch=1,
+                runtime={**PARAMS["runtime"], "progress": False})
     second = _SlowlyOpenedRun()
-    Trainer(spec, *data, checkpoint_path=tmp_path / "e.pt", tracker=second,
-            runtime={**PARAMS["runtime"], "progress": False}).fit()
+    fit_job(spec, *data, checkpoint_path=tmp_path / "e.pt", tracker=second,
+            runtime={**PARAMS["runtime"], "progress": False})
     assert first.opened_with == [None] and second.opened_with == ["run1"]

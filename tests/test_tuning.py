@@ -311,6 +311,6 @@ def test_the_orderings_experiment_is_valid_through_dvcs_own_overrides(tmp_path, 
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     apply_overrides(tmp_path / "params.yaml", script.overrides(dataset))
     params = check_all(load_params(tmp_path / "params.yaml"))
-    tuned = {r.name for r in runs_of(params) if r.kind == "tuned"}
+    tuned = {r.name for r in runs_of(params) if r.kind.name == "tuned"}
     assert tuned == {f"{name}_tuned" for name in script.METHODS + script.CHAINED}
     assert {r.noise for r in runs_of(params)} == set(script.NOISES) and params["grid"]["seeds"] == [0, 1, 2]

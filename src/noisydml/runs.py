@@ -17,6 +17,7 @@ points, ``bspml_cell`` cells, ``sgps_ablation`` variants). Light: no torch; it r
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -42,11 +43,36 @@ TUNED_RUNS_SCHEMA = {
 
 
 @dataclass(frozen=True)
+class RunKind:
+    """A kind of run and the dvc.yaml stage template that trains it: a run's stage is ``<template>@<key>``, never
+    written by hand. The pipeline's kinds are below; a study declares its own (:attr:`noisydml.studies.base.Study.kinds`,
+    e.g. ``embedding_size``, ``bspml_cell``, ``sgps_ablation``): a value type, not an Enum, so that adding a study
+    edits no other module."""
+
+    name: str  # the report's ``run_kind``: grid | chain | tuned | a study's
+    template: str  # the dvc.yaml stage (a foreach/matrix template) whose item trains the run
+
+    def stage(self, key: str) -> str:
+        """The DVC stage of the template's item ``key``."""
+        return f"{self.template}@{key}"
+
+
+GRID = RunKind("grid", "train")
+#: a grid run on labels made from another run's embeddings (its own template: it depends on that run)
+GRID_ON_RUN_NOISE = RunKind("grid", "train_on_run_noise")
+CHAIN = RunKind("chain", "train_chain")
+TUNED = RunKind("tuned", "train_tuned")
+TUNED_CHAIN = RunKind("tuned", "train_tuned_chain")
+#: a ``timing.entries`` entry: epochs timed, nothing kept (its stage writes timing/<entry>.json)
+TIMING = RunKind("timing", "timing")
+
+
+@dataclass(frozen=True)
 class Run:
     """One training run: what trains, on what, with which overrides, and where it lives."""
 
-    kind: str  # grid | chain | a study's own kind (e.g. embedding_size, bspml_cell, sgps_ablation)
-    stage: str  # the DVC stage that trains it
+    kind: RunKind
+    key: str  # its item of the kind's template: the run's DVC stage is ``kind.template@key``
     dataset: str
     noise: str
     name: str  # its folder under runs/<dataset>/<noise>/, its row in the report
@@ -67,6 +93,11 @@ class Run:
     chosen: str | None = None
 
     @property
+    def stage(self) -> str:
+        """The DVC stage that trains it."""
+        return self.kind.stage(self.key)
+
+    @property
     def folder(self) -> str:
         """``runs/<dataset>/<noise>/<name>/seed<k>``, relative to the repository root."""
         return str(PurePosixPath("runs", self.dataset, self.noise, self.name, f"seed{self.seed}"))
@@ -76,9 +107,31 @@ class Run:
         """``<dataset>-<noise>-<name>-<seed>``: its MLflow run name and its key in reports/metrics.json's runs."""
         return run_name(self.dataset, self.noise, self.name, self.seed)
 
-    def params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``params`` as this run trains with them: its train and method overrides applied."""
-        return with_overrides(params, self.method, self.hparams, self.train)
+    def params(self, params: Mapping[str, Any], values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``params`` as this run trains with them: its method and train overrides applied (a nested section is
+        merged key by key), then ``values`` (space key -> value: a tuned run's chosen values, a trial's) set at
+        their paths (:func:`split_key`). The one place overrides are merged: the train, tune, timing and check
+        stages and the studies all read a run's params here."""
+        section = dict(params["methods"][self.method])
+        for key, value in self.hparams.items():
+            nested = isinstance(value, Mapping) and isinstance(section.get(key), Mapping)
+            section[key] = {**section[key], **value} if nested else value
+        out = {**params, "train": {**params["train"], **self.train}, "methods": {**params["methods"], self.method: section}}
+        if values:
+            out = copy.deepcopy(out)
+            for key, value in values.items():
+                *head, last = split_key(self.method, key)
+                node = out
+                for part in head:
+                    node = node[part]
+                node[last] = value
+        return out
+
+
+def split_key(method: str, key: str) -> tuple[str, ...]:
+    """A space key as a path in params: ``train.<...>`` in train, anything else in ``methods.<method>``."""
+    parts = tuple(key.split("."))
+    return parts if parts[0] == "train" else ("methods", method, *parts)
 
 
 def run_name(dataset: str, noise: str, name: str, seed: int) -> str:
@@ -91,8 +144,7 @@ def runs_of(params: Mapping[str, Any]) -> list[Run]:
     tuned runs (methods and chains) of (validated) params; the studies add their own runs
     (:func:`noisydml.studies.all_runs`)."""
     grid = params["grid"]
-    runs = [Run("grid", f"{'train' if n in grid['noises'] else 'train_on_run_noise'}@{run_name(d, n, m, s)}",
-                d, n, m, s, m)
+    runs = [Run(GRID if n in grid["noises"] else GRID_ON_RUN_NOISE, run_name(d, n, m, s), d, n, m, s, m)
             for d, n, m, s in itertools.product(grid["datasets"], noises_of(grid), grid["methods"], grid["seeds"])]
     return runs + chain_runs(params) + tuned_runs_of(params)
 
@@ -108,9 +160,9 @@ def tuned_runs(params: Mapping[str, Any]) -> list[Run]:
     ``train_tuned@<dataset>-<noise>-<method>-<seed>``. None without a ``tuning`` section (e.g. a study's own params)."""
     if "tuning" not in params:
         return []
-    return [Run("tuned", f"train_tuned@{run_name(d, n, m, s)}", d, n, m + TUNED_SUFFIX, s, m,
-                chosen=f"{study_folder(d, n, m)}/{CHOSEN_FILE}")
-            for d, n, m in studies_of(params) for s in params["grid"]["seeds"]]
+    return [Run(TUNED, run_name(d, n, m, s), d, n, m + TUNED_SUFFIX, s, m,
+                chosen=f"{tuning_folder(d, n, m)}/{CHOSEN_FILE}")
+            for d, n, m in tunings_of(params) for s in params["grid"]["seeds"]]
 
 
 def tuned_chain_runs(params: Mapping[str, Any]) -> list[Run]:
@@ -120,11 +172,11 @@ def tuned_chain_runs(params: Mapping[str, Any]) -> list[Run]:
     if "tuning" not in params:
         return []
     runs = []
-    for d, n, name in chain_studies_of(params):
+    for d, n, name in chain_tunings_of(params):
         key, c = find_chain(params["chains"], d, n, name, "tuning.chains")
-        runs += [Run("tuned", f"train_tuned_chain@{d}-{n}-{name}", d, n, name + TUNED_SUFFIX, seed, c["method"],
+        runs += [Run(TUNED_CHAIN, f"{d}-{n}-{name}", d, n, name + TUNED_SUFFIX, seed, c["method"],
                      hparams=c["hparams"], train=c["train"], chain={**c, "key": key, "seed": seed},
-                     chosen=f"{study_folder(d, n, name)}/{CHOSEN_FILE}")
+                     chosen=f"{tuning_folder(d, n, name)}/{CHOSEN_FILE}")
                  for seed in c["seeds"]]
     return runs
 
@@ -132,25 +184,18 @@ def tuned_chain_runs(params: Mapping[str, Any]) -> list[Run]:
 def chain_runs(params: Mapping[str, Any]) -> list[Run]:
     """The chained runs: each entry of ``chains`` at each of its seeds (every grid seed unless it names seeds).
     One DVC stage, ``train_chain@<key>``, trains an entry's seeds into ``runs/<dataset>/<noise>/<name>/``."""
-    return [Run("chain", f"train_chain@{key}", c["dataset"], c["noise"], c["name"], seed, c["method"],
-                hparams=c["hparams"], train=c["train"], chain={**c, "key": key, "seed": seed})
-            for key, c in params["chains"].items() for seed in c["seeds"]]
+    return [chain_run(key, c, seed) for key, c in params["chains"].items() for seed in c["seeds"]]
 
 
-def with_overrides(params: Mapping[str, Any], method: str, hparams: Mapping[str, Any],
-                   train: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` as one run trains with them: ``hparams`` over ``methods.<method>`` (a nested section is merged
-    key by key) and ``train`` over ``train`` (a run's own overrides: a chain's, a study's point)."""
-    section = dict(params["methods"][method])
-    for key, value in hparams.items():
-        nested = isinstance(value, Mapping) and isinstance(section.get(key), Mapping)
-        section[key] = {**section[key], **value} if nested else value
-    return {**params, "train": {**params["train"], **train}, "methods": {**params["methods"], method: section}}
+def chain_run(key: str, chain: Mapping[str, Any], seed: int) -> Run:
+    """The chained run of ``chains.<key>`` at ``seed``."""
+    return Run(CHAIN, key, chain["dataset"], chain["noise"], chain["name"], seed, chain["method"],
+               hparams=chain["hparams"], train=chain["train"], chain={**chain, "key": key, "seed": seed})
 
 
 def chain_params(params: Mapping[str, Any], chain: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` as a chained run (an entry of ``chains``) trains with them."""
-    return with_overrides(params, chain["method"], chain["hparams"], chain["train"])
+    """``params`` as a chained run (an entry of ``chains``, with its ``key``) trains with them (:meth:`Run.params`)."""
+    return chain_run(chain.get("key", ""), chain, 0).params(params)
 
 
 def find_chain(chains: Mapping[str, dict], dataset: str, noise: str, name: str, where: str) -> tuple[str, dict]:
@@ -162,6 +207,7 @@ def find_chain(chains: Mapping[str, dict], dataset: str, noise: str, name: str, 
     raise ParamsError(f"{where}: {name!r} is no chained run of {dataset}/{noise} (chains there: "
                       f"{', '.join(there) or 'none'}); a tuned chain needs an entry of chains with that name at every "
                       "dataset and noise of tuning.datasets x tuning.noises")
+
 
 def lineage(chains: Mapping[str, dict], dataset: str, noise: str, name: str) -> tuple[str, list[tuple[str, dict]]]:
     """What a chained run is trained after: ``(the grid method it starts from, [(key, entry), ...])``, the chains
@@ -176,26 +222,23 @@ def lineage(chains: Mapping[str, dict], dataset: str, noise: str, name: str) -> 
     return current, steps
 
 
-
-
-
-def study_name(dataset: str, noise: str, method: str) -> str:
-    """``<dataset>-<noise>-<method>``: the tune stage's matrix key (``tune@<study_name>``)."""
+def tuning_name(dataset: str, noise: str, method: str) -> str:
+    """``<dataset>-<noise>-<method>``: the tune stage's matrix key (``tune@<tuning_name>``)."""
     return f"{dataset}-{noise}-{method}"
 
 
-def study_folder(dataset: str, noise: str, method: str) -> str:
+def tuning_folder(dataset: str, noise: str, method: str) -> str:
     """The tune stage's output, relative to the repository root."""
     return f"{TUNING_ROOT}/{dataset}/{noise}/{method}"
 
 
-def studies_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def tunings_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """Every (dataset, noise, method) tuning study, in the tune stage's matrix order."""
     t = params["tuning"]
     return [(d, n, m) for d in t["datasets"] for n in t["noises"] for m in t["methods"]]
 
 
-def chain_studies_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def chain_tunings_of(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """Every (dataset, noise, chain name) tuning study, in the tune_chain stage's matrix order."""
     t = params["tuning"]
     return [(d, n, c) for d in t["datasets"] for n in t["noises"] for c in t["chains"]]

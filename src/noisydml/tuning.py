@@ -33,7 +33,7 @@ import copy
 import itertools
 from typing import Any, Mapping
 
-from noisydml.runs import TUNED_RUNS_SCHEMA, chain_params, check_tuned_runs, find_chain
+from noisydml.runs import TUNED_RUNS_SCHEMA, chain_params, check_tuned_runs, find_chain, split_key
 from noisydml.schema import (
     Field, ParamsError, SectionCheck, check_choice, check_section, mapping_or_empty,
 )
@@ -66,12 +66,6 @@ CHOICES_SCHEMA = {
 }
 
 
-def split_key(method: str, key: str) -> tuple[str, ...]:
-    """A space key as a path in params: ``train.<...>`` in train, anything else in ``methods.<method>``."""
-    parts = tuple(key.split("."))
-    return parts if parts[0] == "train" else ("methods", method, *parts)
-
-
 def value_at(params: Mapping[str, Any], path: tuple[str, ...], where: str) -> Any:
     """The value at ``path`` of params; a ParamsError naming ``where`` when there is none."""
     node: Any = params
@@ -82,18 +76,6 @@ def value_at(params: Mapping[str, Any], path: tuple[str, ...], where: str) -> An
                               f"methods.<method>, e.g. train.optimizer.lr or loss.alpha")
         node = node[part]
     return node
-
-
-def assign(params: Mapping[str, Any], method: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``params`` with ``values`` (space key -> value) set at their paths."""
-    out = copy.deepcopy(dict(params))
-    for key, value in values.items():
-        *head, last = split_key(method, key)
-        node = out
-        for part in head:
-            node = node[part]
-        node[last] = value
-    return out
 
 
 def _inside(entry: dict, value: Any) -> bool:

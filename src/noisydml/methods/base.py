@@ -12,7 +12,7 @@ Hooks, in the order the trainer calls them::
     for every epoch:
         trainable(epoch)               which model parts are frozen this epoch
         on_epoch_start(ctx)
-        for every batch: extra_samples(rows, epoch, step)   more rows to forward with it (default none)
+        for every batch: extra_samples(rows, epoch, step)   more rows to forward with it (ExtraRows; default none)
                          loss(batch); optimizer.step(); on_step_end(ctx, batch)
         on_epoch_end(ctx)
         decisions()                    per-sample decisions the trainer scores
@@ -41,6 +41,17 @@ from noisydml.schema import Field, check_section
 
 
 @dataclass(frozen=True)
+class ExtraRows:
+    """What :meth:`Method.extra_samples` asks for: ``rows`` of the training table to forward with the batch and,
+    in ``drawn``, whatever the method drew to choose them (e.g. SGPS's positives per item). Both come back with the
+    rows' embeddings on ``batch.extra`` (its :attr:`Batch.request`): no state kept between the request and the
+    loss."""
+
+    rows: np.ndarray
+    drawn: Any = None
+
+
+@dataclass(frozen=True)
 class Batch:
     """One training batch, as a method sees it."""
 
@@ -54,18 +65,12 @@ class Batch:
     #: The rows :meth:`Method.extra_samples` asked for, in its order, forwarded with this batch in one pass of the
     #: model in training mode (their embeddings carry gradient; batch-norm statistics span both); None: none asked.
     extra: "Batch | None" = None
-    #: ``forward_network(net=None, transform=None)`` -> ``(embeddings, features)`` of this batch's own rows (not
-    #: ``extra``) through another network of the run's architecture (a method's second network,
-    #: :attr:`MethodSetup.build_network`), or with ``net=None`` through the run's model again (one process only: DDP
-    #: reduces one forward per backward). ``transform(inputs, rows)`` changes the network inputs first: ``inputs``
-    #: are this process's rows of the batch, ``rows`` the slice of the global batch they are (all of it on one
-    #: process), e.g. another augmented view, or inputs mixed within the slice (MixMatch). Training mode,
-    #: differentiable, gathered over processes like ``embeddings``; rows in the order of the whole batch (a
-    #: :meth:`subset` keeps the whole batch's). None in hand-made test batches.
-    forward_network: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    #: On ``batch.extra``: the request it answers (:class:`ExtraRows`, with what the method drew); None elsewhere.
+    request: ExtraRows | None = None
 
     def subset(self, mask: torch.Tensor) -> "Batch":
-        """The batch restricted to ``mask`` (a bool mask or index tensor over its rows); ``extra`` is kept whole."""
+        """The batch restricted to ``mask`` (a bool mask or index tensor over its rows); ``extra`` is kept whole, and
+        :meth:`MethodServices.forward` still gives the whole batch's rows."""
         return replace(self, embeddings=self.embeddings[mask], features=self.features[mask],
                        labels=self.labels[mask], index=self.index[mask], sample_id=self.sample_id[mask])
 
@@ -84,11 +89,46 @@ class MethodSetup:
     sample_ids: np.ndarray | None = None  # manifest id of every row
     #: Arrays exported by upstream runs (run chaining: ``inputs``), by name, one value per row.
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
-    #: ``build_network()`` -> a new network of the run's architecture (backbone + head) with the run's starting
-    #: backbone weights (pretrained, or a fresh random initialisation), on the run's device: for a method that owns
-    #: a second network (Co-teaching's peer). Its parameters are the method's, so they join the optimizer through
-    #: :meth:`Method.param_groups` and the checkpoint with the method's state. None outside a trainer.
-    build_network: Callable[[], nn.Module] | None = None
+    #: What the trainer does for the method beyond the batch (:class:`MethodServices`: more networks of the run's
+    #: architecture, the batch's rows through them). None outside a trainer (a method that needs it says so).
+    services: "MethodServices | None" = None
+
+
+class MethodServices:
+    """The one service object a method gets from the trainer (:attr:`MethodSetup.services`) for what lies beyond
+    its batch and its epoch context: networks of the run's architecture besides the model (Co-teaching's peer,
+    DivideMix's second network, LRA-diffusion's frozen encoder) and the batch's rows through them. More rows in a
+    step are asked with :meth:`Method.extra_samples` (an :class:`ExtraRows` request) and come back in the batch.
+    The engine implements it (:class:`noisydml.engine.state.FitServices`); a method test passes its own."""
+
+    def build_network(self) -> nn.Module:
+        """A new network of the run's architecture (backbone + head) with the run's starting backbone weights
+        (pretrained, or a fresh random initialisation), on the run's device. Its parameters are the method's: they
+        join the optimizer through :meth:`Method.param_groups` and the checkpoint with the method's state."""
+        raise NotImplementedError
+
+    def forward(self, batch: Batch, network: nn.Module | None = None, transform=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(embeddings, features)`` of ``batch``'s own rows (not ``extra``) through ``network``, or with None
+        through the run's model again (one process only: DDP reduces one forward per backward). ``transform(inputs,
+        rows)`` changes the network inputs first: ``inputs`` are this process's rows of the batch, ``rows`` the slice
+        of the global batch they are (all of it on one process), e.g. another augmented view, or inputs mixed within
+        the slice (MixMatch). Training mode, differentiable, gathered over processes like ``batch.embeddings``; rows
+        in the order of the whole batch (a :meth:`Batch.subset` keeps the whole batch's). The current step's batch
+        only."""
+        raise NotImplementedError
+
+    def embed_train(self, network: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(embeddings, features)`` of every training row through ``network``, eval mode, no augmentation, on the
+        CPU (not cached)."""
+        raise NotImplementedError
+
+
+def services_of(setup: MethodSetup, who: str) -> MethodServices:
+    """``setup.services``; a clear error naming ``who`` where the method is built outside a trainer."""
+    if setup.services is None:
+        raise ValueError(f"{who} trains or embeds through another network: it must be built by the trainer "
+                         "(MethodSetup.services)")
+    return setup.services
 
 
 @dataclass
@@ -123,9 +163,6 @@ class EpochContext:
     similarity_blocks: Callable[..., Any]
     #: Arrays exported by upstream runs (run chaining: ``inputs``), by name, one value per row.
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
-    #: ``embed_train_network(net)`` -> (embeddings, features) of every training row through another network (a
-    #: method's second one), eval mode, no augmentation, on the CPU (not cached).
-    embed_train_network: Callable[[nn.Module], Any] | None = None
 
 
 @dataclass
@@ -187,10 +224,11 @@ class Method(nn.Module):
 
     # ------------------------------------------------------------------ hooks (all optional)
 
-    def extra_samples(self, rows: np.ndarray, epoch: int, step: int) -> np.ndarray | None:
+    def extra_samples(self, rows: np.ndarray, epoch: int, step: int) -> ExtraRows | np.ndarray | None:
         """Rows of the training table to load and forward in the same step as the batch ``rows`` (the global
         P x K batch), e.g. K more positives per anchor chosen from the method's own groups: SGPS's authors
-        forward 4 extra images per item, 64 -> 320 images a step. They reach :meth:`loss` as ``batch.extra``.
+        forward 4 extra images per item, 64 -> 320 images a step. An :class:`ExtraRows` request (or the rows
+        alone); they reach :meth:`loss` as ``batch.extra``, the request as ``batch.extra.request``.
         Chosen from the method's state and the training labels only (never ground truth); the same on every
         process (the state is). Default: None, the batch alone."""
         return None

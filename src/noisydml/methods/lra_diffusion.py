@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from noisydml.methods.base import Batch, Decisions, EpochContext, Method, MethodSetup, MethodSpec, Trainable
+from noisydml.methods.base import Batch, Decisions, EpochContext, Method, MethodSetup, MethodSpec, Trainable, services_of
 from noisydml.methods.parts.semisupervised import generator
 from noisydml.schema import Field
 
@@ -105,14 +105,12 @@ class LRADiffusion(Method):
 
     def __init__(self, setup: MethodSetup):
         super().__init__(setup)
-        if setup.build_network is None:
-            raise ValueError("lra_diffusion needs the run's starting network for its label retrieval "
-                             "(MethodSetup.build_network)")
+        services = services_of(setup, "lra_diffusion (its label retrieval encodes with the run's starting network)")
         hp = self.hparams
         self.denoiser = Denoiser(setup.num_classes, setup.feature_dim, hp["hidden"], hp["diffusion_steps"])
         # the pretrained encoder of the label retrieval: the run's starting backbone, frozen (not trained, not in
         # the optimizer); a plain attribute, so it is neither checkpointed nor moved with the method's state
-        self._encoder = [setup.build_network().eval().requires_grad_(False)]
+        self._encoder = [services.build_network().eval().requires_grad_(False)]
         self.register_buffer("alpha_bar", noise_schedule(hp["diffusion_steps"]))
         # until the retrieval has run (on_train_start), every row's own label
         own = torch.as_tensor(np.asarray(setup.train_labels), dtype=torch.long)
@@ -128,7 +126,7 @@ class LRADiffusion(Method):
     def on_train_start(self, ctx: EpochContext, restored: bool) -> None:
         if restored:
             return  # the neighbours are in the checkpoint
-        _, features = ctx.embed_train_network(self._encoder[0])
+        _, features = self.setup.services.embed_train(self._encoder[0])
         features = F.normalize(features, dim=1).numpy().astype(np.float32)
         _, neighbours = ctx.knn(features, self.hparams["neighbours"])  # each row's own excluded
         self.neighbour_labels.copy_(torch.as_tensor(ctx.train_labels)[torch.as_tensor(neighbours)])

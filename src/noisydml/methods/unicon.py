@@ -71,7 +71,7 @@ class Unicon(CoDivideMethod):
         pairs = torch.arange(len(rows), device=rows.device).repeat(2)
         total = 0.0
         for net in (None, self.peer.network):
-            views = [batch.forward_network(net, self.view(batch, v))[0][rows] for v in (3, 4)]
+            views = [self.setup.services.forward(batch, net, self.view(batch, v))[0][rows] for v in (3, 4)]
             total = total + self.contrastive(torch.cat(views), pairs)
         loss = self.hparams["lambda_c"] * total
         return loss, {"unicon_contrastive": total.item()}

@@ -17,10 +17,12 @@ from typing import Any
 from noisydml.config import load_params, validate_params
 from noisydml.data.registry import DATASET_KINDS, check_dataset
 from noisydml.evaluation import metric_names
-from noisydml.methods import check_frozen_backbone, check_method, load_spec, method_names
+from noisydml.methods import check_frozen_backbone, check_method, method_names
 from noisydml.models import check_backbone
 from noisydml.noise import check_noise
-from noisydml.runs import check_unique_folders
+from noisydml.pipeline.job import check_run_params
+from noisydml.pipeline.timing import timing_run
+from noisydml.runs import chain_run, check_unique_folders
 from noisydml.schema import ParamsError, check_choice
 from noisydml.studies import all_runs, check_studies
 
@@ -42,14 +44,13 @@ def check_all(params: dict[str, Any]) -> dict[str, Any]:
     check_backbone(params["train"], params["weights"])
     for name in params["grid"]["methods"]:
         check_frozen_backbone(params["methods"][name], params["train"], f"methods.{name}")
-    for entry, item in params["timing"]["entries"].items():
-        load_spec(item["method"]).check({**params["methods"][item["method"]], **item["hparams"]},
-                                        f"timing.entries.{entry}.hparams")
+    # a chain's and a timing entry's params as they train (Run.params: the one merge of overrides), checked as
+    # every job's are (pipeline/job.py)
+    for entry in params["timing"]["entries"]:
+        run = timing_run(params, entry)
+        check_run_params(run.params(params), run.method, f"timing.entries.{entry}.hparams")
     for key, chain in params["chains"].items():
-        hparams = params["methods"][chain["method"]]
-        if chain["hparams"]:
-            hparams = load_spec(chain["method"]).check({**hparams, **chain["hparams"]}, f"chains.{key}.hparams")
-        check_frozen_backbone(hparams, params["train"], f"chains.{key} (methods.{chain['method']})")
+        check_run_params(chain_run(key, chain, 0).params(params), chain["method"], f"chains.{key}.hparams")
     train = params["train"]
     batch = train["batch"]
     for ds_name in params["grid"]["datasets"]:

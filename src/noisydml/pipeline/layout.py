@@ -29,24 +29,26 @@ class Layout:
     def noisy(self, dataset: str, noise: str) -> Path:
         return self.root / "data" / "noisy" / dataset / noise
 
-    def run(self, dataset: str, noise: str, method: str, seed: int) -> Path:
-        return self.root / "runs" / dataset / noise / method / f"seed{seed}"
+    def run(self, dataset: str, noise: str, name: str, seed: int) -> Path:
+        """A run's folder; ``name`` is the run's (:attr:`noisydml.runs.Run.name`: a grid method's, a chain's, a tuned
+        or a study's run), as in every path below."""
+        return self.root / "runs" / dataset / noise / name / f"seed{seed}"
 
-    def checkpoint(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+    def checkpoint(self, dataset: str, noise: str, name: str, seed: int) -> Path:
         # Outside DVC's outputs: DVC deletes a stage's outputs before running it, and a
         # killed run must find its checkpoint when `dvc repro` starts it again.
-        return self.root / ".checkpoints" / dataset / noise / method / f"seed{seed}" / "last.pt"
+        return self.root / ".checkpoints" / dataset / noise / name / f"seed{seed}" / "last.pt"
 
-    def volatile(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+    def volatile(self, dataset: str, noise: str, name: str, seed: int) -> Path:
         """What a run measured but must not hash (seconds, MLflow run id, resume epoch): outside DVC outputs."""
-        return self.root / ".runinfo" / dataset / noise / method / f"seed{seed}.json"
+        return self.root / ".runinfo" / dataset / noise / name / f"seed{seed}.json"
 
-    def metrics(self, dataset: str, noise: str, method: str, seed: int) -> Path:
-        return self.root / "metrics" / dataset / noise / method / f"seed{seed}.json"
+    def metrics(self, dataset: str, noise: str, name: str, seed: int) -> Path:
+        return self.root / "metrics" / dataset / noise / name / f"seed{seed}.json"
 
-    def curves(self, dataset: str, noise: str, method: str, seed: int) -> Path:
+    def curves(self, dataset: str, noise: str, name: str, seed: int) -> Path:
         """A run's training curves, drawn by the evaluate stage (matplotlib stays out of training processes)."""
-        return self.root / "metrics" / dataset / noise / method / f"seed{seed}_curves.png"
+        return self.root / "metrics" / dataset / noise / name / f"seed{seed}_curves.png"
 
     def timing(self, entry: str) -> Path:
         return self.root / "timing" / f"{entry}.json"

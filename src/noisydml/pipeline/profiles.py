@@ -122,7 +122,7 @@ def estimate(params: dict) -> dict[str, float]:
     iterations x batch at the GPU or decode rate (the slower), plus evaluations (every ``eval_every`` epochs and the
     last; one training-set pass; SGPS two more, BSPML one per epoch) at 3x, plus a fixed cost per step. SGPS with
     ``positive_source: forward`` trains on K more images per batch item from its first SGM epoch."""
-    from noisydml.engine.trainer import steps_per_epoch
+    from noisydml.engine.sampling import steps_per_epoch
     from noisydml.runs import runs_of
 
     decode = DECODE_IMAGES_PER_S * DECODE_PROCESSES

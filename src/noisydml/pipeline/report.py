@@ -25,7 +25,7 @@ from noisydml.reporting.tables import (
     summarise, timing_results, timing_table, weight_summary,
 )
 from noisydml.config import noises_of
-from noisydml.runs import TUNED_SUFFIX, chain_studies_of, find_chain, runs_of, studies_of
+from noisydml.runs import TUNED_SUFFIX, chain_tunings_of, find_chain, runs_of, tunings_of
 from noisydml.studies import check_study, load_study, study_names
 from noisydml.studies.base import ReportContext
 
@@ -66,9 +66,9 @@ def write_headline(summary: pd.DataFrame, params: dict, folder: Path) -> None:
 def tuning_lines(params: dict, layout: Layout) -> list[str]:
     """The tuned runs' values and how they were chosen (their tune stage's chosen.json, as the tuned run recorded
     and the evaluate stage kept it): one row per study, each key as untuned -> chosen."""
-    studies = [(d, n, m, None) for d, n, m in studies_of(params)]
+    studies = [(d, n, m, None) for d, n, m in tunings_of(params)]
     studies += [(d, n, name, find_chain(params["chains"], d, n, name, "tuning.chains")[1])
-                for d, n, name in chain_studies_of(params)]
+                for d, n, name in chain_tunings_of(params)]
     if not studies:
         return []
     rows, records = [], []

@@ -13,7 +13,7 @@ from noisydml import io
 from noisydml.data import DatasetError
 from noisydml.data.prepared import sha256_file, train_split
 from noisydml.engine.judge import GroundTruth, group_majorities
-from noisydml.engine.trainer import ImageSet
+from noisydml.engine.types import ImageSet
 from noisydml.pipeline.layout import Layout
 
 

@@ -8,7 +8,6 @@ goes to ``.runinfo/`` beside it, outside DVC's outputs.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -19,12 +18,11 @@ import torch
 from noisydml import io
 from noisydml.data.images import InputPipeline
 from noisydml.engine import distributed
-from noisydml.engine.trainer import NullTracker, RunSpec, Trainer, embed
-from noisydml.methods import check_frozen_backbone, check_method
-from noisydml.models import check_backbone
+from noisydml.engine.embedding import embed
+from noisydml.engine.types import RunSpec
+from noisydml.pipeline.job import build_job, fit
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
-from noisydml.pipeline.pretrained import load_pretrained
-from noisydml.pipeline.rundata import load_run_data, load_upstream
+from noisydml.pipeline.rundata import load_run_data
 from noisydml.runs import Run
 from noisydml.schema import ParamsError
 from noisydml.studies import find_study_runs
@@ -83,46 +81,33 @@ def train_with(params: dict, run: Run, layout: Layout, keep_checkpoint: bool, tu
     already applied); write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``)."""
     dataset, noise, method, seed, chain = run.dataset, run.noise, run.method, run.seed, run.chain
     name_in_grid, name, stage = run.name, run.run_name, run.stage
-    hparams = check_method(params, method)
-    check_backbone(params["train"], params["weights"])
-    check_frozen_backbone(hparams, params["train"], f"methods.{method}")
-    data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
-    inputs, init_state, upstream = {}, None, {}
-    if chain is not None:
-        upstream_dir = layout.run(chain["dataset"], chain["noise"], chain["upstream"], chain["seed"])
-        data, inputs, init_state, upstream = load_upstream(chain, data, upstream_dir, layout.root, f"chained run {name}")
-    backbone_state, pretrained = load_pretrained(params, layout)
-    spec = RunSpec(method=method, method_hparams=hparams, train=params["train"], seed=seed,
-                   data_fingerprint=data.fingerprint, evaluate=params["evaluate"], upstream=upstream,
-                   pretrained=pretrained)
     main = distributed.current().is_main
-    tracker = NullTracker() if not main else MlflowTracker(
-        mlflow_experiment(params, dataset),
-        mlflow_run_name(name_in_grid, noise, seed),
-        params={
-            "dataset": dataset, "noise": noise, "method": method, "seed": seed,
-            "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
-            "method_hparams": hparams, "train": params["train"], "runtime": params["runtime"],
-            "evaluate": params["evaluate"], **({"pretrain": params["pretrain"]} if params["train"]["pretrained"] ==
-                                               "embedded" else {}), **({"chain": chain} if chain else {}),
-            **({"tuned": tuned["values"]} if tuned else {}),
-        },
-        tags={"dvc_stage": stage, "dataset": dataset, "noise": noise, "method": method, "run": name_in_grid,
-              "seed": str(seed), "run_fingerprint": spec.fingerprint(), **standard_tags(layout.root),
-              **({"upstream": upstream["run"]} if chain else {})},
-    )
+
+    def tracking_run(spec: RunSpec, hparams: dict):  # rank 0 holds the tracking run
+        return None if not main else MlflowTracker(
+            mlflow_experiment(params, dataset),
+            mlflow_run_name(name_in_grid, noise, seed),
+            params={
+                "dataset": dataset, "noise": noise, "method": method, "seed": seed,
+                "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
+                "method_hparams": hparams, "train": params["train"], "runtime": params["runtime"],
+                "evaluate": params["evaluate"], **({"pretrain": params["pretrain"]} if params["train"]["pretrained"] ==
+                                                   "embedded" else {}), **({"chain": chain} if chain else {}),
+                **({"tuned": tuned["values"]} if tuned else {}),
+            },
+            tags={"dvc_stage": stage, "dataset": dataset, "noise": noise, "method": method, "run": name_in_grid,
+                  "seed": str(seed), "run_fingerprint": spec.fingerprint(), **standard_tags(layout.root),
+                  **({"upstream": spec.upstream["run"]} if chain else {})},
+        )
+
+    data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
+    upstream_dir = layout.run(chain["dataset"], chain["noise"], chain["upstream"], chain["seed"]) if chain else None
     checkpoint = layout.checkpoint(dataset, noise, name_in_grid, seed)
-    # NOISYDML_STOP_AFTER_EPOCH=k stops the run after epoch k's checkpoint, as a kill would (tests of resume)
-    stop = os.environ.get("NOISYDML_STOP_AFTER_EPOCH")
-    trainer = Trainer(spec, data.train_set, data.test_set, checkpoint, tracker=tracker, runtime=params["runtime"],
-                      val_set=data.val_set, truth=data.truth, sample_ids=data.sample_ids, inputs=inputs,
-                      init_state=init_state, stop_after_epoch=int(stop) if stop else None,
-                      backbone_state=backbone_state, code=(__name__,))
-    try:
-        result = trainer.fit()
-    except BaseException:
-        tracker.end(status="KILLED")
-        raise
+    built = build_job(params, method, seed, data, layout, checkpoint, tracker=tracking_run, code=(__name__,),
+                      where=f"chained run {name}", chain=chain, upstream_dir=upstream_dir)
+    data, spec, upstream, pretrained = built.data, built.job.spec, built.upstream, built.pretrained
+    tracker = built.job.tracker
+    result = fit(built.job)
 
     out = layout.run(dataset, noise, name_in_grid, seed)
     if not main:  # rank 0 writes the run folder and closes the MLflow run

@@ -12,8 +12,8 @@ from pathlib import Path
 from noisydml import io
 from noisydml.pipeline.layout import Layout
 from noisydml.pipeline.train import train_runs, train_with
-from noisydml.runs import Run, find_runs, tuned_runs_of
-from noisydml.tuning import assign, split_key, value_at
+from noisydml.runs import Run, find_runs, split_key, tuned_runs_of
+from noisydml.tuning import value_at
 
 
 def tuned_values(run: Run, layout: Layout) -> dict:
@@ -33,7 +33,7 @@ def train_tuned(params: dict, run: Run, layout: Layout = Layout(), *, keep_check
     chosen = tuned_values(run, layout)
     untuned = {key: value_at(run_params, split_key(run.method, key), key) for key in chosen["values"]}
     tuned = {"from": run.chosen, **chosen, "untuned": untuned}
-    return train_with(assign(run_params, run.method, chosen["values"]), run, layout, keep_checkpoint, tuned)
+    return train_with(run.params(params, chosen["values"]), run, layout, keep_checkpoint, tuned)
 
 
 def run_from_arguments(params: dict, args) -> list[Path] | None:

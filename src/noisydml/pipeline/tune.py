@@ -40,17 +40,16 @@ import pandas as pd
 import torch
 
 from noisydml import io
-from noisydml.engine.trainer import RunSpec, Trainer, code_fingerprint
-from noisydml.methods import check_frozen_backbone, check_method
-from noisydml.models import check_backbone
+from noisydml.engine.callbacks import code_fingerprint
+from noisydml.pipeline.job import build_job, fit
 from noisydml.pipeline.layout import EXPORTS, Layout
 from noisydml.pipeline.pretrained import load_pretrained
-from noisydml.pipeline.rundata import load_run_data, load_upstream
+from noisydml.pipeline.rundata import load_run_data
 from noisydml.runtime import tracked_runtime
 from noisydml.schema import ParamsError
 from noisydml.tracking import MlflowTracker, mlflow_experiment, standard_tags
-from noisydml.runs import CHOSEN_FILE, chain_params, lineage, study_folder, study_name
-from noisydml.tuning import assign, first_trials, grid_trials
+from noisydml.runs import CHOSEN_FILE, GRID, Run, chain_run, lineage, tuning_folder, tuning_name
+from noisydml.tuning import first_trials, grid_trials
 
 JOURNAL = "journal.log"
 SETTINGS = "settings.json"
@@ -62,18 +61,24 @@ class Subject:
     upstream runs (its lineage, untuned) on the same split of the training classes."""
 
     name: str  # the method's name, or the chain's (chains.<key>.name)
-    method: str  # whose space is searched: tuning.spaces.<method>
-    params: dict  # params as the untuned run trains with them (a chain's overrides applied)
+    run: Run  # the untuned run it tunes: a grid run of the method, or the chained run (its overrides)
+    params: dict  # params as the untuned run trains with them (run.params: a chain's overrides applied)
     root: str | None = None  # a chain: the grid method its lineage starts from
     steps: tuple = ()  # a chain: ((key, entry), ...) from the first chain after root to this chain (last)
+
+    @property
+    def method(self) -> str:
+        """Whose space is searched: tuning.spaces.<method>."""
+        return self.run.method
 
     @classmethod
     def of(cls, params: dict, dataset: str, noise: str, name: str) -> "Subject":
         if name not in params["tuning"]["chains"]:
-            return cls(name, name, params)
+            run = Run(GRID, tuning_name(dataset, noise, name), dataset, noise, name, params["tuning"]["seed"], name)
+            return cls(name, run, run.params(params))
         root, steps = lineage(params["chains"], dataset, noise, name)
-        chain = steps[-1][1]
-        return cls(name, chain["method"], chain_params(params, chain), root, tuple(steps))
+        run = chain_run(*steps[-1], params["tuning"]["seed"])
+        return cls(name, run, run.params(params), root, tuple(steps))
 
     def methods(self) -> list[str]:
         """Every method a trial trains: the chain's upstream runs' too."""
@@ -98,14 +103,14 @@ def tune(params: dict, dataset: str, noise: str, name: str, layout: Layout = Lay
     tuning = params["tuning"]
     subject = Subject.of(params, dataset, noise, name)
     space = tuning["spaces"][subject.method]
-    folder = layout.root / study_folder(dataset, noise, name)
+    folder = layout.root / tuning_folder(dataset, noise, name)
     data = load_run_data(dataset, noise, layout, tuning["validation_classes"], tuning["seed"])
     trainer = _TrialTrainer(params, dataset, noise, subject, data, layout)
     _start_afresh_unless_same(folder, _settings(params, subject, data.fingerprint, trainer.pretrained,
                                                 optuna.__version__))
     upstream = trainer.train_lineage(folder)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / JOURNAL)))
-    label = study_name(dataset, noise, name)
+    label = tuning_name(dataset, noise, name)
     study = optuna.create_study(study_name=label, storage=storage, direction="maximize", load_if_exists=True)
     grid = grid_trials(space) if tuning["sampler"]["name"] == "grid" else None
     if not study.trials:
@@ -191,10 +196,10 @@ class _TrialTrainer:
                               f"leaves {kept} classes to train on, fewer than train.batch.classes ({wanted}); allowed: "
                               f"at most {kept + held - wanted}")
         self.backbone_state, self.pretrained = load_pretrained(params, layout)
-        self.label = study_name(dataset, noise, subject.name)
+        self.label = tuning_name(dataset, noise, subject.name)
 
     def checkpoint(self, part: str) -> Path:
-        return (self.layout.root / ".checkpoints" / study_folder(self.dataset, self.noise, self.subject.name) / part
+        return (self.layout.root / ".checkpoints" / tuning_folder(self.dataset, self.noise, self.subject.name) / part
                 / "last.pt")
 
     def train_lineage(self, folder: Path) -> Path | None:
@@ -204,7 +209,8 @@ class _TrialTrainer:
         if not self.subject.steps:
             return None
         runs = [(self.subject.root, self.params, None)]
-        runs += [(chain["name"], chain_params(self.params, chain), chain) for _, chain in self.subject.steps[:-1]]
+        runs += [(chain["name"], chain_run(key, chain, 0).params(self.params), chain)
+                 for key, chain in self.subject.steps[:-1]]
         previous = None
         for name, params, chain in runs:
             out = folder / "upstream" / name
@@ -225,7 +231,7 @@ class _TrialTrainer:
     def score(self, number: int, values: dict, folder: Path, upstream: Path | None) -> float:
         """Trial ``number``: the subject with ``values``, trained (after ``upstream``, for a chain) and scored."""
         subject = self.subject
-        params = assign(subject.params, subject.method, values)
+        params = subject.run.params(self.params, values)
         started = time.time()
         result, _, tracker = self._fit(params, subject.method, f"trial{number}", f"{subject.name} · {self.noise} · trial "
                               f"{number}", subject.steps[-1][1] if subject.steps else None, upstream,
@@ -246,45 +252,28 @@ class _TrialTrainer:
                                       ["validation_classes"]}}
         if trial is not None:  # ours: the last epoch is scored (as the runs report the last epoch)
             params["train"]["model_selection"] = "last"
-        hparams = check_method(params, method)
-        check_backbone(params["train"], params["weights"])
-        check_frozen_backbone(hparams, params["train"], f"methods.{method}")
-        data, inputs, init_state, upstream_record = self.data, {}, None, {}
-        if chain is not None:
-            data, inputs, init_state, upstream_record = load_upstream(
-                chain, data, upstream, self.layout.root, f"tune {self.label}: {run_name}")
-        seed = params["tuning"]["seed"]
-        spec = RunSpec(method=method, method_hparams=hparams, train=params["train"], seed=seed,
-                       data_fingerprint=data.fingerprint, evaluate=params["evaluate"], upstream=upstream_record,
-                       pretrained=self.pretrained)
-        tracker = MlflowTracker(
-            f"{mlflow_experiment(params, self.dataset)}-tuning", run_name,
-            params={"dataset": self.dataset, "noise": self.noise, "method": method, "tuned": self.subject.name,
-                    **({"trial": trial, "values": values} if trial is not None else {"upstream_of": self.subject.name}),
-                    "method_hparams": hparams, "train": params["train"]},
-            tags={"dvc_stage": f"{'tune_chain' if self.subject.steps else 'tune'}@{self.label}",
-                  "dataset": self.dataset, "noise": self.noise, "method": method,
-                  **({"trial": str(trial)} if trial is not None else {"part": part}),
-                  "run_fingerprint": spec.fingerprint(), **standard_tags(self.layout.root)})
-        # NOISYDML_STOP_AFTER_EPOCH=k (NOISYDML_STOP_IN_TRIAL=t: in trial t only) stops as a kill would (tests)
-        stop = os.environ.get("NOISYDML_STOP_AFTER_EPOCH")
+
+        def tracking_run(spec, hparams):
+            return MlflowTracker(
+                f"{mlflow_experiment(params, self.dataset)}-tuning", run_name,
+                params={"dataset": self.dataset, "noise": self.noise, "method": method, "tuned": self.subject.name,
+                        **({"trial": trial, "values": values} if trial is not None else {"upstream_of": self.subject.name}),
+                        "method_hparams": hparams, "train": params["train"]},
+                tags={"dvc_stage": f"{'tune_chain' if self.subject.steps else 'tune'}@{self.label}",
+                      "dataset": self.dataset, "noise": self.noise, "method": method,
+                      **({"trial": str(trial)} if trial is not None else {"part": part}),
+                      "run_fingerprint": spec.fingerprint(), **standard_tags(self.layout.root)})
+
+        built = build_job(params, method, params["tuning"]["seed"], self.data, self.layout, self.checkpoint(part),
+                          tracker=tracking_run, code=(__name__,), where=f"tune {self.label}: {run_name}", chain=chain,
+                          upstream_dir=upstream, pretrained=(self.backbone_state, self.pretrained),
+                          held_out_as_test=True)
+        # the test seam stops in trial NOISYDML_STOP_IN_TRIAL only, where that is set (tests)
         in_trial = os.environ.get("NOISYDML_STOP_IN_TRIAL")
-        stop_here = stop and (in_trial is None or (trial is not None and int(in_trial) == trial))
-        selecting = params["train"]["model_selection"] == "best_validation"
-        # the held-out classes are the trainer's test set: the test split is never handed to it
-        trainer = Trainer(spec, data.train_set, data.val_set, self.checkpoint(part), tracker=tracker,
-                          runtime=params["runtime"], val_set=data.val_set if selecting else None, truth=data.truth,
-                          sample_ids=data.sample_ids, inputs=inputs, init_state=init_state,
-                          stop_after_epoch=int(stop) if stop_here else None, backbone_state=self.backbone_state,
-                          code=(__name__,))
-        try:
-            result = trainer.fit()
-        except BaseException:
-            tracker.end(status="KILLED")
-            raise
+        result = fit(built.job, stoppable=in_trial is None or (trial is not None and int(in_trial) == trial))
         if trial is None:
-            tracker.end(status="FINISHED")
-        return result, data, tracker
+            built.job.tracker.end(status="FINISHED")
+        return result, built.data, built.job.tracker
 
 
 def _write_outputs(study, subject: Subject, budget: int, folder: Path) -> None:

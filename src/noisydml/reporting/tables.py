@@ -28,7 +28,7 @@ def collect(runs: list[Run], layout, stats: dict[tuple[str, str], dict]) -> pd.D
     a study's own runs the values its method logged last (``final_<name>``)."""
     rows = []
     for run in runs:
-        dataset, noise, method, seed, kind = run.dataset, run.noise, run.name, run.seed, run.kind
+        dataset, noise, method, seed, kind = run.dataset, run.noise, run.name, run.seed, run.kind.name
         path = layout.metrics(dataset, noise, method, seed)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; run `dvc repro` to evaluate every run of the grid")

@@ -68,7 +68,12 @@ def check_studies(params: dict[str, Any]) -> dict[str, Any]:
 
 def study_runs(params: dict[str, Any], name: str) -> list:
     """The own runs of study ``name`` (its sections validated first)."""
-    return load_study(name).runs(params, check_study(params, name))
+    study = load_study(name)
+    runs = study.runs(params, check_study(params, name))
+    undeclared = sorted({run.kind.name for run in runs if run.kind not in study.kinds})
+    if undeclared:
+        raise TypeError(f"study {name!r} returns runs of kinds it does not declare (Study.kinds): {undeclared}")
+    return runs
 
 
 def all_runs(params: dict[str, Any]) -> list:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from noisydml.runs import Run
+from noisydml.runs import Run, RunKind
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,8 @@ class Study:
     #: ``figures.<key>`` sections this study owns -> ``check(section, params) -> validated section`` (raising
     #: :class:`~noisydml.schema.ParamsError` with the key, the value and what is allowed).
     sections: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
+    #: The kinds of its own runs (each names the dvc.yaml template that trains it); every run it returns is of one.
+    kinds: tuple[RunKind, ...] = ()
     #: The study's own runs: ``runs(params, sections)`` with its ``figures`` sections validated.
     runs: Callable[[dict[str, Any], dict[str, Any]], list[Run]] = lambda params, sections: []
     #: Its report sections (Markdown lines); may write files into ``ctx.out``.

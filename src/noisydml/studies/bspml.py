@@ -18,7 +18,12 @@ import pandas as pd
 from noisydml import io
 from noisydml.reporting.plots import plot_embedding_size, plot_grid_maps
 from noisydml.config import noises_of
-from noisydml.runs import Run
+from noisydml.runs import Run, RunKind
+
+#: Fig. 5's points: a method at one embedding size (stage train_embedding_size@<method>-<dim>-<seed>)
+EMBEDDING_SIZE = RunKind("embedding_size", "train_embedding_size")
+#: Figs. 3-4's retrained cells: BSPML at one (lambda, mu) (stage train_bspml_cell@<lambda>-<mu>-<seed>)
+BSPML_CELL = RunKind("bspml_cell", "train_bspml_cell")
 from noisydml.schema import (
     Field, ParamsError, check_choice, check_name, check_section, check_unique, mapping_or_empty,
 )
@@ -116,12 +121,12 @@ def runs(params: dict[str, Any], sections: dict[str, Any]) -> list[Run]:
     (``bspml_lam<lambda>_mu<mu>``, the values named as DVC writes them in the stage's name and path: Python's str
     of the YAML value, 3.1 or 20, so both name the same folder)."""
     sizes, cells = sections["embedding_size"], sections["bspml_cells"]
-    out = [Run("embedding_size", f"train_embedding_size@{m}-{dim}-{s}", sizes["dataset"], sizes["noise"],
+    out = [Run(EMBEDDING_SIZE, f"{m}-{dim}-{s}", sizes["dataset"], sizes["noise"],
                f"{m}_dim{dim}", s, m, train={"embedding_dim": dim}, point={"embedding_dim": dim})
            for m, dim, s in itertools.product(sizes["methods"], sizes["dims"], sizes["seeds"])]
     for (lam_name, lam), (mu_name, mu), s in itertools.product(zip(cells["lambda_names"], cells["lambdas"]),
                                                               zip(cells["mu_names"], cells["mus"]), cells["seeds"]):
-        out.append(Run("bspml_cell", f"train_bspml_cell@{lam_name}-{mu_name}-{s}", cells["dataset"], cells["noise"],
+        out.append(Run(BSPML_CELL, f"{lam_name}-{mu_name}-{s}", cells["dataset"], cells["noise"],
                        f"bspml_lam{lam_name}_mu{mu_name}", s, "bspml",
                        hparams={"lambda_0": lam, "lambda_inf": lam, "age_multiplier": 1.0, "mu": mu},
                        point={"lambda": lam, "mu": mu}))
@@ -258,6 +263,7 @@ STUDY = Study(
     name="bspml",
     title="BSPML (AAAI 2023)",
     sections={"bspml_maps": check_maps, "embedding_size": check_embedding_size, "bspml_cells": check_cells},
+    kinds=(EMBEDDING_SIZE, BSPML_CELL),
     runs=runs,
     report=report,
 )

@@ -18,7 +18,10 @@ import pandas as pd
 
 from noisydml import io
 from noisydml.reporting.plots import plot_training_curves
-from noisydml.runs import Run, chain_runs
+from noisydml.runs import Run, RunKind, chain_runs
+
+#: Table V / VI's variants: SGPS with one variant's overrides (stage train_sgps_ablation@<variant>-<seed>)
+SGPS_ABLATION = RunKind("sgps_ablation", "train_sgps_ablation")
 from noisydml.schema import Field, ParamsError, check_choice, check_name, check_section, check_unique, mapping_or_empty
 from noisydml.studies.base import ReportContext, Study, chain_run_value, check_run_target
 
@@ -61,7 +64,7 @@ def runs(params: dict[str, Any], sections: dict[str, Any]) -> list[Run]:
     """One run per trained variant and seed: ``sgps`` with the variant's overrides (a nested section of them, e.g.
     ``sgm``, merged key by key), folder ``sgps_<variant>``."""
     ablations = sections["sgps_ablations"]
-    return [Run("sgps_ablation", f"train_sgps_ablation@{v}-{s}", ablations["dataset"], ablations["noise"], f"sgps_{v}",
+    return [Run(SGPS_ABLATION, f"{v}-{s}", ablations["dataset"], ablations["noise"], f"sgps_{v}",
                 s, "sgps", hparams=ablations["variants"][v]["hparams"],
                 point={"variant": v, "group": ablations["variants"][v]["group"]})
             for v, s in itertools.product(ablations["train"], ablations["seeds"])]
@@ -159,7 +162,8 @@ def ablation_table(runs: pd.DataFrame, params: dict, ablations: dict, run_of: di
     for variant in ablations["train"]:
         group = runs[[run_of[name].point["variant"] == variant for name in runs["method"]]]
         spec = ablations["variants"][variant]
-        hp = {**params["methods"]["sgps"], **spec["hparams"]}
+        hp = next(run_of[name] for name in run_of if run_of[name].point.get("variant") == variant).params(
+            params)["methods"]["sgps"]
         paper = table5.get(tuple(float(hp[k]) for k in ("temperature", "margin", "gamma_batch", "gamma_bank")))
         out.append({
             "group": spec["group"], "variant": variant,
@@ -256,5 +260,6 @@ def report(ctx: ReportContext) -> list[str]:
     return md
 
 
-STUDY = Study(name="sgps", title="SGPS (IEEE TIP 2024)", sections={"sgps_ablations": check_ablations}, runs=runs,
+STUDY = Study(name="sgps", title="SGPS (IEEE TIP 2024)", sections={"sgps_ablations": check_ablations},
+              kinds=(SGPS_ABLATION,), runs=runs,
               report=report)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from noisydml.methods.base import Batch, Method, MethodSetup, Trainable
+from noisydml.methods.base import Batch, Method, MethodSetup, Trainable, services_of
 from noisydml.schema import Field
 
 CLASSIFIERS = ("linear", "normalized")
@@ -61,14 +61,11 @@ def cross_entropy_per_sample(logits: torch.Tensor, labels: torch.Tensor) -> torc
 
 
 class PeerNetwork(nn.Module):
-    """A second network (backbone + head, from :attr:`MethodSetup.build_network`) and its own classifier."""
+    """A second network (backbone + head, from :meth:`MethodServices.build_network`) and its own classifier."""
 
     def __init__(self, setup: MethodSetup, classifier: Classifier, train_head: bool = False):
         super().__init__()
-        if setup.build_network is None:
-            raise ValueError("this method trains a second network: it must be built by the trainer "
-                             "(MethodSetup.build_network)")
-        self.network = setup.build_network()
+        self.network = services_of(setup, "this method (it trains a second network)").build_network()
         # the classifier uses the features only; the head trains where a method uses it (UNICON's projection)
         self.network.head.requires_grad_(train_head)
         self.classifier = classifier

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from noisydml.methods.base import Batch, Decisions, EpochContext, MethodSetup, Trainable
+from noisydml.methods.base import Batch, Decisions, EpochContext, MethodSetup, Trainable, services_of
 from noisydml.methods.parts.classification import ClassificationMethod, PeerNetwork
 from noisydml.methods.parts.semisupervised import augment, generator, mix, mixing_weight, mixmatch_losses, sharpen
 
@@ -67,7 +67,7 @@ class CoDivideMethod(ClassificationMethod):
         if ctx.epoch < self.hparams["warmup_epochs"]:
             return {}
         _, features = ctx.embed_train(features=True)
-        _, peer_features = ctx.embed_train_network(self.peer.network)
+        _, peer_features = services_of(self.setup, type(self).__name__).embed_train(self.peer.network)
         main = self.predictions(features)
         peer = self.predictions(peer_features, self.peer.classifier)
         division = self.divide(ctx, main, peer)
@@ -91,14 +91,13 @@ class CoDivideMethod(ClassificationMethod):
         return self.hparams["lambda_u"] * (1.0 if ramp == 0 else float(np.clip(done / ramp, 0.0, 1.0)))
 
     def loss(self, batch: Batch):
-        if batch.forward_network is None:
-            raise ValueError(f"{type(self).__name__} needs the batch's inputs (Batch.forward_network)")
+        services_of(self.setup, type(self).__name__)
         if batch.epoch < self.hparams["warmup_epochs"] or not bool(self.divided):
             return self.warmup_loss(batch)
         return self.mixmatch_loss(batch)
 
     def warmup_loss(self, batch: Batch):
-        _, peer_features = batch.forward_network(self.peer.network)
+        _, peer_features = self.setup.services.forward(batch, self.peer.network)
         main, _ = super().loss(batch)
         return main + F.cross_entropy(self.peer.classifier(peer_features), batch.labels), {}
 
@@ -125,7 +124,7 @@ class CoDivideMethod(ClassificationMethod):
         labels = F.one_hot(batch.labels, self.setup.num_classes).float()
         temperature = self.hparams["sharpen_temperature"]
         with torch.no_grad():
-            predictions = {name: [F.softmax(classifier(batch.forward_network(net, self.view(batch, v))[1]), dim=1)
+            predictions = {name: [F.softmax(classifier(self.setup.services.forward(batch, net, self.view(batch, v))[1]), dim=1)
                                   for v in (1, 2)] for name, (net, classifier) in networks.items()}
             guessed = sharpen(sum(p for ps in predictions.values() for p in ps) / 4.0, temperature)  # co-guessing
         n, gen = len(batch.labels), generator(self.setup.seed, batch.step, 0)
@@ -142,7 +141,7 @@ class CoDivideMethod(ClassificationMethod):
                 self.target_label[batch.index] = targets.argmax(1)
             logits, mixed_targets, mixed_labelled = [], [], []
             for v, (permutation, weight) in zip((1, 2), mixes):
-                _, features = batch.forward_network(net, self.mixed_view(batch, v, permutation, weight))
+                _, features = self.setup.services.forward(batch, net, self.mixed_view(batch, v, permutation, weight))
                 logits.append(classifier(features))
                 mixed_targets.append(mix(targets, permutation.to(targets.device), weight))
                 mixed_labelled.append(labelled)

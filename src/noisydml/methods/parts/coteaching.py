@@ -27,7 +27,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from noisydml.methods.base import Batch, Decisions, EpochContext, MethodSetup, MethodSpec
+from noisydml.methods.base import Batch, Decisions, EpochContext, MethodSetup, MethodSpec, services_of
 from noisydml.methods.parts.classification import (CLASSIFIER_FIELDS, ClassificationMethod, PeerNetwork,
                                                    cross_entropy_per_sample)
 from noisydml.schema import Field
@@ -79,10 +79,8 @@ class CoTeaching(ClassificationMethod):
         return {"coteaching_forget_share": share}
 
     def loss(self, batch: Batch):
-        if batch.forward_network is None:
-            raise ValueError("Co-teaching needs the batch's inputs for its second network (Batch.forward_network)")
         logits_f = self.classifier(batch.features)
-        _, peer_features = batch.forward_network(self.peer.network)
+        _, peer_features = services_of(self.setup, "Co-teaching").forward(batch, self.peer.network)
         logits_g = self.peer.classifier(peer_features)
         loss_f = cross_entropy_per_sample(logits_f, batch.labels)
         loss_g = cross_entropy_per_sample(logits_g, batch.labels)

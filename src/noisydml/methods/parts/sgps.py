@@ -1,6 +1,6 @@
 """SGPS: subgroup-based positive-pair selection (Yu, Xu, Jiang, Sun, Huang; IEEE TIP 2024, arXiv 2312.09147).
 
-PRISM's clean-sample selection (PCS, Sec. III-C: Eqs. 1-2, :mod:`~noisydml.methods.parts.prism_selection`)
+PRISM's clean-sample selection (PCS, Sec. III-C: Eqs. 1-2, :mod:`~noisydml.methods.parts.prism`)
 splits each batch; the kept samples train the clean loss (Eq. 12: MCL for ``sgps``, SupCon for
 ``sgps_supcon``) and enter the memory, exactly as in PRISM, so with ``gamma_batch = gamma_bank = 0`` SGPS *is*
 PRISM. What PRISM throws away, SGPS uses:
@@ -50,8 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from noisydml.methods.base import Batch, Decisions, EpochContext, MethodSetup, MethodSpec
-from noisydml.methods.parts.prism_selection import PrismMethod, selector_schema
+from noisydml.methods.base import Batch, Decisions, EpochContext, ExtraRows, MethodSetup, MethodSpec
+from noisydml.methods.parts.prism import PrismMethod, selector_schema
 from noisydml.methods.parts.sgm import run_sgm
 from noisydml.schema import Field, ParamsError
 
@@ -181,8 +181,6 @@ class SgpsMethod(PrismMethod):
         tp = hp["transproto"]
         self.transproto = TransProto(d, tp["layers"], tp["heads"], tp["ffn_factor"]) if hp["ppm"] == "transproto" else None
         self._pools: tuple[Groups, ...] = ()
-        #: positive_source forward: (batch rows, their positives, conditioning) drawn by extra_samples this step
-        self._forwarded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ SGM
 
@@ -261,16 +259,16 @@ class SgpsMethod(PrismMethod):
             conditioning[count == 0] = -1
         return positives, conditioning
 
-    def extra_samples(self, rows: np.ndarray, epoch: int, step: int) -> np.ndarray | None:
+    def extra_samples(self, rows: np.ndarray, epoch: int, step: int) -> ExtraRows | None:
         """``positive_source: forward``: K positives for every batch row (the authors' loader: 64 items -> 320
         images), flattened row by row; a row without candidates forwards itself K times as a placeholder (never
-        used: it has no positive). Before the first SGM round there are no subgroups: nothing extra."""
-        self._forwarded = None
+        used: it has no positive). ``drawn``: (batch rows, positives, conditioning), back on ``batch.extra``.
+        Before the first SGM round there are no subgroups: nothing extra."""
         if self.hparams["positive_source"] != "forward" or int(self.sgm_round) == 0:
             return None
         positives, conditioning = self.draw_positives(rows, step)
-        self._forwarded = (rows.copy(), positives, conditioning)
-        return np.where(positives >= 0, positives, rows[:, None]).reshape(-1)
+        return ExtraRows(np.where(positives >= 0, positives, rows[:, None]).reshape(-1),
+                         drawn=(rows.copy(), positives, conditioning))
 
     def _positive_embeddings(self, batch: Batch, anchors: torch.Tensor, rows: np.ndarray):
         """The drawn positives (A, K) and conditioning of the anchors (batch positions ``anchors``, training rows
@@ -279,7 +277,8 @@ class SgpsMethod(PrismMethod):
         if self.hparams["positive_source"] == "bank":
             positives, conditioning = self.draw_positives(rows, batch.step)
             return positives, conditioning, lambda keep: self.bank[torch.from_numpy(positives[keep]).to(self.bank.device)]
-        forwarded, extra = self._forwarded, batch.extra
+        extra = batch.extra
+        forwarded = extra.request.drawn if extra is not None and extra.request is not None else None
         k = self.hparams["positives_per_sample"]
         if forwarded is None or extra is None or not np.array_equal(forwarded[0], batch.index.cpu().numpy()) \
                 or len(extra.index) != k * len(batch.index):
