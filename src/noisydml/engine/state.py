@@ -15,6 +15,7 @@ from noisydml.data.images import InputPipeline
 from noisydml.engine.embedding import embed
 from noisydml.engine.job import Job
 from noisydml.engine.strategy import Strategy
+from noisydml.engine.types import NullTracker
 from noisydml.methods.base import Batch, EpochContext, ExtraRows, MethodServices
 from noisydml.runtime import tracked_runtime
 
@@ -23,9 +24,11 @@ class FitState:
     """The built fit (model, method, optimiser, schedule, scaler, input pipeline, tracker of this rank) and its
     changing state: history, step, epoch to start from, best epoch, tracking run id."""
 
-    def __init__(self, job: Job, strategy: Strategy, *, tracker, pipeline: InputPipeline, labels: np.ndarray, model,
-                 method, optimizer, scaler, scheduler):
-        self.job, self.strategy, self.tracker, self.pipeline, self.labels = job, strategy, tracker, pipeline, labels
+    def __init__(self, job: Job, strategy: Strategy, *, pipeline: InputPipeline, labels: np.ndarray, model, method,
+                 optimizer, scaler, scheduler):
+        self.job, self.strategy, self.pipeline, self.labels = job, strategy, pipeline, labels
+        # ranks other than 0 record nothing: rank 0 holds the tracking run and writes the checkpoint
+        self.tracker = job.tracker if strategy.is_main else NullTracker()
         self.model, self.method, self.optimizer, self.scaler, self.scheduler = model, method, optimizer, scaler, scheduler
         self.fingerprint = job.spec.fingerprint()
         #: the runtime keys that change what a fit computes: a checkpoint made under others is not resumed

@@ -32,7 +32,7 @@ from noisydml.engine.optim import build_optimizer, lr_factor
 from noisydml.engine.sampling import epoch_batches, epoch_seed, steps_per_epoch
 from noisydml.engine.state import FitServices, FitState
 from noisydml.engine.strategy import Strategy
-from noisydml.engine.types import NullTracker, TrainResult
+from noisydml.engine.types import TrainResult
 from noisydml.evaluation.retrieval import retrieval_metrics
 from noisydml.methods import build_method
 from noisydml.methods.base import MethodSetup
@@ -122,10 +122,8 @@ class Trainer:
         scaler = torch.amp.GradScaler("cuda", enabled=strategy.gpu["amp"] == "float16")
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_factor(cfg["schedule"], cfg["epochs"], steps_per_epoch(len(labels), job.batch_size)))
-        # ranks other than 0 record nothing: rank 0 holds the tracking run and writes the checkpoint
-        tracker = job.tracker if strategy.is_main else NullTracker()
-        services.fit = FitState(job, strategy, tracker=tracker, pipeline=pipeline, labels=labels, model=model,
-                                method=method, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
+        services.fit = FitState(job, strategy, pipeline=pipeline, labels=labels, model=model, method=method,
+                                optimizer=optimizer, scaler=scaler, scheduler=scheduler)
         return services.fit
 
     def _check_method(self, method) -> None:

@@ -19,8 +19,8 @@ from noisydml import io
 from noisydml.data.images import InputPipeline
 from noisydml.engine import distributed
 from noisydml.engine.embedding import embed
-from noisydml.engine.types import RunSpec
-from noisydml.pipeline.job import build_job, fit
+from noisydml.engine.types import RunSpec, TrainResult
+from noisydml.pipeline.job import BuiltJob, build_job, fit
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.rundata import load_run_data
 from noisydml.runs import Run
@@ -79,14 +79,38 @@ def train_runs(params: dict, runs: list[Run], train_one) -> list[Path] | None:
 def train_with(params: dict, run: Run, layout: Layout, keep_checkpoint: bool, tuned: dict | None = None) -> Path:
     """Train one run (``params``: with the run's overrides; ``tuned``: a tuned run's chosen.json and its path,
     already applied); write ``model.pt``, embeddings, ``history.csv``, ``run.json`` (and ``exports.npz``)."""
-    dataset, noise, method, seed, chain = run.dataset, run.noise, run.method, run.seed, run.chain
-    name_in_grid, name, stage = run.name, run.run_name, run.stage
-    main = distributed.current().is_main
+    chain, main = run.chain, distributed.current().is_main
+    data = load_run_data(run.dataset, run.noise, layout, params["train"]["validation_classes"], run.seed)
+    upstream_dir = layout.run(chain["dataset"], chain["noise"], chain["upstream"], chain["seed"]) if chain else None
+    checkpoint = layout.checkpoint(run.dataset, run.noise, run.name, run.seed)
+    built = build_job(params, run.method, run.seed, data, layout, checkpoint,
+                      tracker=_tracking_run(params, run, layout, tuned) if main else None, code=(__name__,),
+                      where=f"chained run {run.run_name}", chain=chain, upstream_dir=upstream_dir)
+    result = fit(built.job)
+    out = layout.run(run.dataset, run.noise, run.name, run.seed)
+    if not main:  # rank 0 writes the run folder and closes the MLflow run
+        return out
+    with io.atomic_dir(out) as tmp:
+        _write_run_folder(tmp, params, run, built, result, tuned)
+    io.write_json(layout.volatile(run.dataset, run.noise, run.name, run.seed), {
+        "mlflow_run_id": result.run_id, "resumed_from_epoch": result.resumed_from_epoch,
+        "epoch_seconds": result.epoch_seconds, "fingerprint": built.job.spec.fingerprint(), "timeline": result.timeline,
+    })
+    built.job.tracker.log_artifact(out / "history.csv")
+    built.job.tracker.end(status="FINISHED")
+    if not keep_checkpoint:
+        checkpoint.unlink(missing_ok=True)  # the run is complete; runs/ holds the final model
+    return out
 
-    def tracking_run(spec: RunSpec, hparams: dict):  # rank 0 holds the tracking run
-        return None if not main else MlflowTracker(
+
+def _tracking_run(params: dict, run: Run, layout: Layout, tuned: dict | None):
+    """``(spec, hparams) -> MlflowTracker``: the run's tracking run, its params and tags (rank 0 holds it)."""
+    dataset, noise, method, seed, chain = run.dataset, run.noise, run.method, run.seed, run.chain
+
+    def make(spec: RunSpec, hparams: dict) -> MlflowTracker:
+        return MlflowTracker(
             mlflow_experiment(params, dataset),
-            mlflow_run_name(name_in_grid, noise, seed),
+            mlflow_run_name(run.name, noise, seed),
             params={
                 "dataset": dataset, "noise": noise, "method": method, "seed": seed,
                 "dataset_settings": params["datasets"][dataset], "noise_settings": params["noise"][noise],
@@ -95,65 +119,54 @@ def train_with(params: dict, run: Run, layout: Layout, keep_checkpoint: bool, tu
                                                    "embedded" else {}), **({"chain": chain} if chain else {}),
                 **({"tuned": tuned["values"]} if tuned else {}),
             },
-            tags={"dvc_stage": stage, "dataset": dataset, "noise": noise, "method": method, "run": name_in_grid,
+            tags={"dvc_stage": run.stage, "dataset": dataset, "noise": noise, "method": method, "run": run.name,
                   "seed": str(seed), "run_fingerprint": spec.fingerprint(), **standard_tags(layout.root),
                   **({"upstream": spec.upstream["run"]} if chain else {})},
         )
 
-    data = load_run_data(dataset, noise, layout, params["train"]["validation_classes"], seed)
-    upstream_dir = layout.run(chain["dataset"], chain["noise"], chain["upstream"], chain["seed"]) if chain else None
-    checkpoint = layout.checkpoint(dataset, noise, name_in_grid, seed)
-    built = build_job(params, method, seed, data, layout, checkpoint, tracker=tracking_run, code=(__name__,),
-                      where=f"chained run {name}", chain=chain, upstream_dir=upstream_dir)
-    data, spec, upstream, pretrained = built.data, built.job.spec, built.upstream, built.pretrained
-    tracker = built.job.tracker
-    result = fit(built.job)
+    return make
 
-    out = layout.run(dataset, noise, name_in_grid, seed)
-    if not main:  # rank 0 writes the run folder and closes the MLflow run
-        return out
-    history = pd.DataFrame(result.history)
-    with io.atomic_dir(out) as tmp:
-        torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),
-                    "train": params["train"], "method_name": method}, tmp / "model.pt")
-        query = {} if data.test_set.query_mask is None else {"query_mask": data.test_set.query_mask}
-        np.savez(tmp / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
-                 labels=data.test_set.labels, sample_ids=data.test_rows["sample_id"].to_numpy(), **query)
-        # every training sample, in the split's order (held-out and chain-excluded ones included)
-        train_embeddings = np.empty((len(data.train_rows), result.train_embeddings.shape[1]), np.float32)
-        position = pd.Series(np.arange(len(data.train_rows)), index=data.train_rows["sample_id"].to_numpy())
-        train_embeddings[position[data.sample_ids].to_numpy()] = result.train_embeddings.numpy()
-        others = np.setdiff1d(np.arange(len(data.train_rows)), position[data.sample_ids].to_numpy())
-        if data.val_index is not None:
-            train_embeddings[data.val_index] = result.val_embeddings.numpy()
-            others = np.setdiff1d(others, data.val_index)
-        if len(others):  # samples a chained run left out: embedded by the final model too
-            device = next(result.model.parameters()).device
-            pipeline = InputPipeline.from_params(params["train"], params["runtime"], seed, device)
-            train_embeddings[others] = embed(result.model, data.train_images[others], device,
-                                             pipeline=pipeline).numpy()
-        np.savez(tmp / TRAIN_EMBEDDINGS, embeddings=train_embeddings,
-                 sample_ids=data.train_rows["sample_id"].to_numpy(), labels=data.noisy["label"].to_numpy(),
-                 true_labels=data.noisy["true_label"].to_numpy())
-        if result.exports:
-            np.savez(tmp / EXPORTS, sample_id=data.sample_ids, **result.exports)
-        history.to_csv(tmp / "history.csv", index=False)
-        io.write_json(tmp / "run.json", {
-            "run_name": name, "method": method, "fingerprint": spec.fingerprint(), "epochs": params["train"]["epochs"],
-            "selected_epoch": result.selected_epoch, "model_selection": params["train"]["model_selection"],
-            "validation_classes": params["train"]["validation_classes"], "exports": sorted(result.exports),
-            "trained_samples": int(len(data.sample_ids)), "upstream": upstream or None,
-            **({"tuned": tuned} if tuned else {}),
-            **({"decision_histograms": result.decision_histograms} if result.decision_histograms else {}),
-            **({"pretrained": pretrained} if pretrained else {}),
-            "environment": result.device,
-        })
-    io.write_json(layout.volatile(dataset, noise, name_in_grid, seed), {
-        "mlflow_run_id": result.run_id, "resumed_from_epoch": result.resumed_from_epoch,
-        "epoch_seconds": result.epoch_seconds, "fingerprint": spec.fingerprint(), "timeline": result.timeline,
+
+def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, result: TrainResult,
+                      tuned: dict | None) -> None:
+    """The run folder's files: the model, the test and training embeddings, the exports, the history, run.json."""
+    data, spec = built.data, built.job.spec
+    torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),
+                "train": params["train"], "method_name": run.method}, folder / "model.pt")
+    query = {} if data.test_set.query_mask is None else {"query_mask": data.test_set.query_mask}
+    np.savez(folder / "test_embeddings.npz", embeddings=result.test_embeddings.numpy(),
+             labels=data.test_set.labels, sample_ids=data.test_rows["sample_id"].to_numpy(), **query)
+    np.savez(folder / TRAIN_EMBEDDINGS, embeddings=_every_training_embedding(params, run.seed, data, result),
+             sample_ids=data.train_rows["sample_id"].to_numpy(), labels=data.noisy["label"].to_numpy(),
+             true_labels=data.noisy["true_label"].to_numpy())
+    if result.exports:
+        np.savez(folder / EXPORTS, sample_id=data.sample_ids, **result.exports)
+    pd.DataFrame(result.history).to_csv(folder / "history.csv", index=False)
+    io.write_json(folder / "run.json", {
+        "run_name": run.run_name, "method": run.method, "fingerprint": spec.fingerprint(),
+        "epochs": params["train"]["epochs"], "selected_epoch": result.selected_epoch,
+        "model_selection": params["train"]["model_selection"],
+        "validation_classes": params["train"]["validation_classes"], "exports": sorted(result.exports),
+        "trained_samples": int(len(data.sample_ids)), "upstream": built.upstream or None,
+        **({"tuned": tuned} if tuned else {}),
+        **({"decision_histograms": result.decision_histograms} if result.decision_histograms else {}),
+        **({"pretrained": built.pretrained} if built.pretrained else {}),
+        "environment": result.device,
     })
-    tracker.log_artifact(out / "history.csv")
-    tracker.end(status="FINISHED")
-    if not keep_checkpoint:
-        checkpoint.unlink(missing_ok=True)  # the run is complete; runs/ holds the final model
-    return out
+
+
+def _every_training_embedding(params: dict, seed: int, data, result: TrainResult) -> np.ndarray:
+    """Every training sample's embedding, in the split's order: the trained rows', the held-out classes' and those
+    a chained run left out (embedded by the final model too)."""
+    train_embeddings = np.empty((len(data.train_rows), result.train_embeddings.shape[1]), np.float32)
+    position = pd.Series(np.arange(len(data.train_rows)), index=data.train_rows["sample_id"].to_numpy())
+    train_embeddings[position[data.sample_ids].to_numpy()] = result.train_embeddings.numpy()
+    others = np.setdiff1d(np.arange(len(data.train_rows)), position[data.sample_ids].to_numpy())
+    if data.val_index is not None:
+        train_embeddings[data.val_index] = result.val_embeddings.numpy()
+        others = np.setdiff1d(others, data.val_index)
+    if len(others):
+        device = next(result.model.parameters()).device
+        pipeline = InputPipeline.from_params(params["train"], params["runtime"], seed, device)
+        train_embeddings[others] = embed(result.model, data.train_images[others], device, pipeline=pipeline).numpy()
+    return train_embeddings
