@@ -4,6 +4,7 @@ or run one's `dvc exp run` command.
     python scripts/paper_profile.py list                # runs, iterations, estimated GPU hours
     python scripts/paper_profile.py check
     python scripts/paper_profile.py settings            # the settings tables of docs/profiles.md (--write: update it)
+    python scripts/paper_profile.py lr [PNG]            # every profile's learning-rate curve (docs/profiles_lr.png)
     python scripts/paper_profile.py show prism/table1_cub
     python scripts/paper_profile.py run prism/table1_cub     # on a GPU machine with internet
     python scripts/paper_profile.py rehearse prism/table3_cars98n [FOLDER]   # real DVC, miniature data, CPU
@@ -15,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from noisydml.pipeline.profiles import (PROFILES_PAGE, exp_command, load_profiles, params_after, profiles_table,
-                                        readme_with_settings, settings_tables)
+from noisydml.pipeline.profiles import (PROFILES_PAGE, exp_command, load_profiles, lr_curves, params_after,
+                                        profiles_table, readme_with_settings, settings_tables)
 
 
 def main(argv: list[str]) -> int:
@@ -44,6 +45,10 @@ def main(argv: list[str]) -> int:
             print(f"{page}: profile and settings tables written")
         else:
             print(text)
+        return 0
+    if action == "lr":
+        applied = {name: params_after(p["set"]) for name, p in profiles.items()}
+        print(f"{lr_curves(profiles, applied, rest[0] if rest else 'docs/profiles_lr.png')}: written")
         return 0
     if action == "rehearse" and rest:
         from noisydml.pipeline.rehearsal import rehearse

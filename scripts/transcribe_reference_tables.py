@@ -8,12 +8,14 @@ re-run it when a transcription is corrected:
     python scripts/transcribe_reference_tables.py ../shared/papers references/papers
 
 Columns: ``paper, table, caption, row, method, dataset, noise, rate, metric, value, std, comparable, note,
-footnote``:
+footnote, settings_of``:
 ``method`` is our method (or chained run) the row corresponds to ("" = not implemented here); ``noise`` is
 clean | real | symmetric | small_cluster | symmetric_per_class (or "" where the table has none); ``rate`` in
 [0, 1]; ``value`` and ``std`` in % as printed; ``comparable`` is "no" for rows whose number is not what the row
 name says (``note`` says why); ``footnote`` is "yes" for a comparable row the report marks with ‡ and explains
-under its table (its ``note``), e.g. SGPS Table I's SGPS-MCL row, which its caption says is the posterior strategy.
+under its table (its ``note``), e.g. SGPS Table I's SGPS-MCL row, which its caption says is the posterior strategy;
+``settings_of`` is the paper whose number the cell holds, so whose settings a run must be trained under to fill it
+(the report's rule): the cell's own paper, except SGPS cells that reprint PRISM's (:func:`reprinted_from_prism`).
 """
 
 from __future__ import annotations
@@ -193,12 +195,34 @@ def bspml(src: Path) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+#: Within how many points an SGPS cell equal to PRISM's same cell is PRISM's number reprinted (three reprinted cells
+#: differ by 0.04-0.17 points: prism-tables.md section 3.2; PRISM-MCL's re-runs differ by 0.3 or more).
+REPRINT_WITHIN = 0.2
+
+
+def reprinted_from_prism(sgps_cells: pd.DataFrame, prism_cells: pd.DataFrame) -> pd.Series:
+    """For each SGPS cell: does it hold PRISM's number (the same method, dataset, noise, rate and metric in a PRISM
+    table, within :data:`REPRINT_WITHIN` points)? SGPS's Tables I-III reprint PRISM's baselines at 10/20/50%, 25/50%
+    and on CARS-98N / Food-101N, except PRISM-MCL where the SGPS authors re-ran it (small-cluster, CARS-98N)."""
+    keys = ["method", "dataset", "noise", "rate", "metric"]
+    prism_values = prism_cells[prism_cells["method"] != ""].groupby(keys)["value"].apply(list).to_dict()
+
+    def reprinted(cell) -> bool:
+        values = prism_values.get(tuple(cell[k] for k in keys), [])
+        return cell["method"] != "" and any(abs(v - cell["value"]) <= REPRINT_WITHIN for v in values)
+
+    return sgps_cells.apply(reprinted, axis=1)
+
+
 def main(src: str, dest: str) -> None:
     src_dir, dest_dir = Path(src), Path(dest)
     dest_dir.mkdir(parents=True, exist_ok=True)
-    for name, build in (("prism", prism), ("sgps", sgps), ("bspml", bspml)):
-        table = build(src_dir)
+    built = {name: build(src_dir) for name, build in (("prism", prism), ("sgps", sgps), ("bspml", bspml))}
+    for name, table in built.items():
         table["footnote"] = table["footnote"].fillna("") if "footnote" in table else ""
+        table["settings_of"] = name
+        if name == "sgps":
+            table.loc[reprinted_from_prism(table, built["prism"]), "settings_of"] = "prism"
         table.to_csv(dest_dir / f"{name}.csv", index=False)
         print(f"{dest_dir / name}.csv: {len(table)} cells in {table['table'].nunique()} tables")
 

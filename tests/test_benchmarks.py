@@ -228,6 +228,21 @@ def test_cars98n_fetches_its_url_list_and_records_dead_links(tmp_path, raw_param
     assert set(ds.split("train")["class_name"]) == {"1", "2"}  # the list's 0..97 are Cars196's ids 1..98
 
 
+def test_cars98n_with_dead_links_stops_unless_the_subset_is_said():
+    """CARS-98N's images come from the web: fewer than the paper's 9,558 is an error naming the count found, and
+    datasets.<name>.expect says a subset is meant."""
+    from noisydml.data.benchmarks import check_counts
+
+    items = pd.DataFrame({"split": ["train"] * 5 + ["test"] * 2, "class_name": list("aabbbcd")})
+    bench = BENCHMARKS["cars98n"]
+    assert bench.min_counts == {"train_samples": 9558}
+    with pytest.raises(DatasetError, match=r"carsn: train samples: 5 found, the paper's data has 9,558.*"
+                                           r"expect: \{train_samples: 5\}"):
+        check_counts("carsn", items, {"test_samples": 2}, at_least=bench.min_counts)
+    assert check_counts("carsn", items, {"test_samples": 2, "train_samples": 5},
+                        at_least=bench.min_counts)["train_samples"] == 5
+
+
 def test_clothing1m_shares_its_classes_and_keeps_verified_flags(tmp_path, raw_params):
     downloads = tmp_path / "data/raw/cloth/downloads"
     downloads.mkdir(parents=True)

@@ -82,3 +82,64 @@ def test_command_sets_exactly_the_overrides(name):
 def test_an_override_dvc_refuses_is_an_error():
     with pytest.raises(ParamsError, match="DVC refuses"):
         params_after(["nothing.here=1"], REPO / "params.yaml")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PROFILES if n.startswith("sgps/")))
+def test_each_sgps_profiles_lr_never_rises_after_its_minimum(name, applied):
+    """The authors' warm-up/hold/cosine fitted to each run's length (train.schedule warmup_hold_cosine_fitted): at
+    the full datasets' sizes, the lr peaks once, then never rises, and reaches 0 at the run's last step."""
+    import numpy as np
+
+    from noisydml.engine.optim import lr_factor
+    from noisydml.engine.sampling import steps_per_epoch
+    from noisydml.pipeline.profiles import _images
+
+    params = applied[name]
+    train = params["train"]
+    assert train["schedule"]["name"] == "warmup_hold_cosine_fitted"
+    assert train["schedule"]["warmup_start_factor"] == 1e-6  # torch's LinearLR start_factor, a factor
+    for dataset in params["grid"]["datasets"]:
+        steps = steps_per_epoch(_images(params, dataset)[0], train["batch"]["classes"] * train["batch"]["per_class"])
+        factor = lr_factor(train["schedule"], train["epochs"], steps)
+        curve = np.array([factor(step) for step in range(train["epochs"] * steps)])
+        low, peak = int(np.argmin(curve[1:])) + 1, int(np.argmax(curve))
+        assert low == len(curve) - 1 and curve[low] < 1e-6, (dataset, low, len(curve))
+        assert np.all(np.diff(curve[peak:]) <= 1e-12), dataset
+    for method in ("sgps", "sgps_supcon", "sgps_roadmap", "sgps_contextual"):
+        assert params["methods"][method]["sgm"]["start_epoch"] == 0  # NOISE.WARM_UP: 0
+
+
+def test_a_method_setting_per_noise_goes_through_dvc_and_is_validated():
+    """methods.<m>.per_noise: a grid's runs of one method take their setting from their noise column (Co-teaching's
+    forget rate = the noise rate), through DVC's own override code; a bad value or an unknown noise is refused."""
+    overrides = ["+methods.coteaching.per_noise={sym50: {forget_rate: 0.45}, sc50: {forget_rate: 0.3}}",
+                 "grid.methods=[coteaching, ms, bspml]", "~chains", "+chains={}"]
+    params = params_after(overrides, REPO / "params.yaml")
+    rates = {run.noise: run.params(params)["methods"]["coteaching"]["forget_rate"]
+             for run in runs_of(params) if run.method == "coteaching"}
+    default = params["methods"]["coteaching"]["forget_rate"]
+    assert rates == {"clean": default, "sym50": 0.45, "sc50": 0.3}
+    assert all("per_noise" not in run.params(params)["methods"][run.method] for run in runs_of(params))
+    with pytest.raises(ParamsError, match=r"methods.coteaching.per_noise.sym20.forget_rate"):
+        params_after(["+methods.coteaching.per_noise={sym20: {forget_rate: 2.0}}"], REPO / "params.yaml")
+    with pytest.raises(ParamsError, match=r"methods.coteaching.per_noise: unknown noise setting 'nosuch'"):
+        params_after(["+methods.coteaching.per_noise={nosuch: {forget_rate: 0.2}}"], REPO / "params.yaml")
+
+
+def test_the_paper_profiles_train_each_cell_under_its_papers_settings(applied):
+    """A profile tags its runs with its paper (report.settings_of); the cells SGPS reprints from PRISM are trained
+    by the PRISM profiles (with the classification baselines), never by SGPS's."""
+    from noisydml.reporting.references import load_references
+
+    refs = load_references(REPO / "references" / "papers")
+    for name, params in applied.items():
+        assert params["report"]["settings_of"] == name.split("/")[0]
+    reprinted = refs[(refs["paper"] == "SGPS") & (refs["settings_of"] == "prism") & (refs["table"] == "Table III")]
+    for dataset, profile in (("cars98n", "table3_cars98n"), ("food101n", "table3_food101n")):
+        methods = set(reprinted.loc[reprinted["dataset"] == dataset, "method"])
+        assert methods <= set(applied[f"prism/{profile}"]["grid"]["methods"])
+        assert not methods & set(applied[f"sgps/{profile}"]["grid"]["methods"])
+    prism = applied["prism/table1_cub"]
+    rates = {run.noise: run.params(prism)["methods"]["coteaching"]["forget_rate"]
+             for run in runs_of(prism) if run.method == "coteaching"}
+    assert rates == {"prism_sym10": 0.1, "prism_sym20": 0.2, "prism_sym50": 0.5}

@@ -21,6 +21,14 @@ def test_reference_tables_hold_every_table_with_sources():
     bspml = refs[(refs["paper"] == "BSPML") & (refs["table"] == "Table 2") & (refs["row"] == "BSPML")
                  & (refs["dataset"] == "inshop") & (refs["rate"] == 0.3)]
     assert bspml[["value", "std"]].values.tolist() == [[62.04, 0.23]]
+    # whose settings fill a cell: SGPS's reprints of PRISM's numbers are PRISM's, its re-runs and new cells its own
+    sgps3 = refs[(refs["table"] == "Table III") & (refs["metric"] == "precision_at_1")].set_index(["method", "dataset"])
+    assert sgps3.loc[("prism", "cars98n"), "settings_of"] == "sgps"  # 58.27, re-run (PRISM: 57.95)
+    assert sgps3.loc[("prism", "food101n"), "settings_of"] == "prism"  # 52.47 in both
+    assert sgps3.loc[("proxynca", "cars98n"), "settings_of"] == "prism"
+    assert sgps3.loc[("fastap", "food101n"), "settings_of"] == "sgps"  # no FastAP row in PRISM's Table 3
+    assert set(refs.loc[refs["paper"] == "PRISM", "settings_of"]) == {"prism"}
+    assert (refs["settings_of"] == "prism").sum() == 240 + 217  # PRISM's cells and SGPS's reprints of them
 
 
 def _summary(rows):
@@ -28,7 +36,7 @@ def _summary(rows):
                           "mean_average_precision_at_r": 0.1, "seeds": 1} for d, n, m, r, p in rows])
 
 
-PARAMS = {"datasets": {"cub": {"kind": "cub200"}, "glyphs": {"kind": "glyphs"}}}
+PARAMS = {"datasets": {"cub": {"kind": "cub200"}, "glyphs": {"kind": "glyphs"}}, "report": {"settings_of": "prism"}}
 STATS = {("cub", "prism_sym50"): {"kind": "published_list", "settings": {"noise_model": "symmetric"}},
          ("glyphs", "sym50"): {"kind": "symmetric", "settings": {}}}
 
@@ -49,6 +57,35 @@ def test_cells_difference_on_paper_data_and_glyphs_apart():
     assert status.loc[("SGPS", "Table I"), "within 2 points"] == 1
     assert status.loc[("BSPML", "Table 1"), "status"] == "not run"
     assert status.loc[("SGPS", "Table IV"), "status"].startswith("not comparable")
+
+
+def test_a_cell_is_filled_only_by_runs_under_the_settings_of_the_paper_whose_number_it_holds():
+    """An SGPS-settings `prism` run never fills PRISM's cell (nor SGPS's reprint of it): it shows beneath, labelled,
+    undifferenced; it fills SGPS's own PRISM-MCL cells (small-cluster: re-run by the SGPS authors). A PRISM-settings
+    run fills PRISM's cell and SGPS's reprint of it."""
+    refs = load_references(REPO / "references" / "papers")
+    stats = {**STATS, ("cub", "prism_sc50"): {"kind": "published_list", "settings": {"noise_model": "small_cluster"}}}
+    summary = _summary([("cub", "prism_sym50", "prism", 0.5, 0.5503), ("cub", "prism_sc50", "prism", 0.5, 0.50)])
+    table1 = refs[(refs["paper"] == "PRISM") & (refs["table"] == "Table 1")]
+    sgps = our_cells(summary, {**PARAMS, "report": {"settings_of": "sgps"}}, stats)
+    lines, ran = side_by_side(table1, sgps, {"cub200", "cars196", "sop"})
+    assert ran == 0
+    row = next(line for line in lines if line.startswith("| MCL + PRISM"))
+    assert "ours" not in row
+    beneath = lines[lines.index(row) + 1]
+    assert beneath.startswith("| ↳ MCL + PRISM (Ours): ours under SGPS's settings") and "ours 55.03" in beneath
+    assert "(" not in beneath.split("|", 2)[2]  # never differenced
+    status = status_table(refs, sgps).set_index(["paper", "table"])
+    assert status.loc[("PRISM", "Table 1"), "run on the paper's data"] == 0
+    assert status.loc[("SGPS", "Table I"), "run on the paper's data"] == 0  # PRISM-MCL at 50%: PRISM's number
+    assert status.loc[("SGPS", "Table II"), "run on the paper's data"] == 1  # re-run by the SGPS authors
+    prism = our_cells(summary, PARAMS, stats)
+    status = status_table(refs, prism).set_index(["paper", "table"])
+    assert status.loc[("PRISM", "Table 1"), "run on the paper's data"] == 1
+    assert status.loc[("SGPS", "Table I"), "run on the paper's data"] == 1
+    assert status.loc[("SGPS", "Table II"), "run on the paper's data"] == 0
+    none = our_cells(summary, {**PARAMS, "report": {"settings_of": "none"}}, stats)
+    assert status_table(refs, none)["run on the paper's data"].sum() == 0  # the default grid fills no paper cell
 
 
 def test_best_on_test_is_shown_beside_our_p_at_1_and_labelled():

@@ -251,6 +251,25 @@ def test_warmup_hold_cosine_is_torchs_sequential_lr():
     assert np.allclose([factor(step) for step in range(100)], theirs, atol=1e-6)
 
 
+@pytest.mark.parametrize("total", [7, 110, 149 * 100, 22510])
+def test_fitted_warmup_hold_cosine_keeps_the_shape_and_ends_at_zero(total):
+    """warmup_hold_cosine_fitted: the authors' shape (warm-up 1,000, hold to 3,000, cosine 8,000) scaled to the run,
+    reaching 0 at its last step and never rising after its minimum, for runs shorter and longer than the design."""
+    from noisydml.engine.optim import lr_factor
+
+    schedule = {**PARAMS["train"]["schedule"], "name": "warmup_hold_cosine_fitted", "warmup_steps": 1000,
+                "warmup_start_factor": 1e-6, "cosine_from_step": 3000, "cosine_steps": 8000}
+    factor = lr_factor(schedule, epochs=1, steps_per_epoch=total)
+    curve = np.array([factor(step) for step in range(total + 1)])
+    assert curve[0] == pytest.approx(1e-6) or total < 11
+    assert curve[total] == pytest.approx(0.0, abs=1e-12) and curve.max() == pytest.approx(1.0)
+    low = int(np.argmin(curve[:total + 1]))
+    assert low == total and np.all(np.diff(curve[int(np.argmax(curve)):]) <= 1e-12)
+    if total > 1000:  # the shares of the design: peak reached at 1/11 of the run, cosine from 3/11
+        assert np.argmax(curve) == pytest.approx(total / 11, abs=1)
+        assert curve[int(total * 3 / 11) - 1] == 1.0 > curve[int(total * 3 / 11) + 2]
+
+
 def test_betas_and_gradient_clipping_reach_the_optimiser(data, tmp_path):
     from noisydml.engine.optim import build_optimizer
     from noisydml.methods import build_method
@@ -273,6 +292,51 @@ def test_betas_and_gradient_clipping_reach_the_optimiser(data, tmp_path):
     resumed = _fit(spec, data, tmp_path / "b.pt")
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in whole.history]
     assert torch.equal(resumed.test_embeddings, whole.test_embeddings)
+
+
+def test_proxies_weight_decay_factor_and_the_contrastive_baselines_authors_reduction():
+    """proxy_weight_decay_factor: the proxies' group decays at factor x the optimiser's (0: the PRISM authors' proxy
+    optimiser), the default leaves the group as before; contrastive's sum_over_batch = pml's pair terms summed / B."""
+    from noisydml.engine.optim import build_optimizer
+    from noisydml.methods import build_method, load_spec
+    from noisydml.methods.base import MethodSetup
+
+    labels = np.arange(8) % 4
+    opt_cfg = {**PARAMS["train"]["optimizer"], "name": "adamw", "weight_decay": 5e-4}
+    for factor, expected in ((0.0, 0.0), (1.0, 5e-4)):
+        hparams = load_spec("proxynca").check({**PARAMS["methods"]["proxynca"], "proxy_weight_decay_factor": factor}, "x")
+        method = build_method("proxynca", MethodSetup(hparams, 4, 3, 8, labels, 0))
+        groups = build_optimizer(torch.nn.Linear(2, 3), method, opt_cfg).param_groups
+        assert [g["weight_decay"] for g in groups] == [5e-4, expected]
+        assert ("weight_decay" in method.param_groups(1.0, 5e-4)[0]) == (factor != 1.0)
+    torch.manual_seed(0)
+    embeddings = torch.nn.functional.normalize(torch.randn(8, 3), dim=1)
+    values = {}
+    for reduction in ("pair_means", "sum_over_batch"):
+        hparams = load_spec("contrastive").check({"loss": {"pos_margin": 1.0, "neg_margin": 0.5},
+                                                  "reduction": reduction}, "x")
+        method = build_method("contrastive", MethodSetup(hparams, 4, 3, 8, labels, 0))
+        values[reduction] = float(method.loss_of(embeddings, torch.as_tensor(labels), 0))
+    sim = embeddings @ embeddings.T
+    same = torch.as_tensor(labels)[:, None] == torch.as_tensor(labels)[None, :]
+    off = ~torch.eye(8, dtype=torch.bool)
+    by_hand = ((1 - sim)[same & off].clamp(min=0).sum() + (sim - 0.5)[~same].clamp(min=0).sum()) / 8
+    assert values["sum_over_batch"] == pytest.approx(float(by_hand), rel=1e-5)
+    assert values["pair_means"] != pytest.approx(values["sum_over_batch"])
+
+
+def test_test_checks_between_steps_feed_only_the_test_selected_figure(data, tmp_path):
+    """train.test_check_every_steps: a test P@1 every N steps, the epoch's best in its history row; the run trains
+    bit for bit as without the checks (they select nothing and draw nothing), and collect's [best on test] is the
+    highest of the epoch curve and the checks."""
+    plain = _fit(_spec("mcl", eval_every=1), data, tmp_path / "a.pt")
+    checked = _fit(_spec("mcl", eval_every=1, test_check_every_steps=1), data, tmp_path / "b.pt")
+    assert torch.equal(plain.test_embeddings, checked.test_embeddings)
+    assert [h["loss"] for h in plain.history] == [h["loss"] for h in checked.history]
+    checks = [h["test_check_precision_at_1"] for h in checked.history]
+    assert all(0.0 <= c <= 1.0 for c in checks) and "test_check_precision_at_1" not in plain.history[0]
+    # the check after an epoch's last step sees the model the epoch-end monitor sees
+    assert all(c >= h["test_precision_at_1"] - 1e-12 for c, h in zip(checks, checked.history))
 
 
 def test_frozen_batchnorm_stays_frozen_through_training(data, tmp_path):

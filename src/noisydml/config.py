@@ -51,6 +51,11 @@ TRAIN_SCHEMA: dict[str, Field] = {
     "optimizer": Field(dict, {"name": "adam", "lr": 1e-3, "weight_decay": 1e-4}),
     "schedule": Field(dict, {"name": "cosine", "warmup_epochs": 0}),
     "eval_every": Field(int, 1, min=0, help="epochs between test-set monitoring; 0 = final epoch only"),
+    "test_check_every_steps": Field(int, 0, min=0,
+                                    help="ours: a test-P@1 check every N optimisation steps (0 = none), for the "
+                                         "test-selected [best on test] figure only, as the PRISM authors' code "
+                                         "selects (every 100 iterations); costs a full test pass per check and "
+                                         "never selects the reported model"),
     "validation_classes": Field(int, 0, min=0, help="training classes (by noisy label) held out for model selection"),
     "model_selection": Field(str, "last", choices=("last", "best_validation"),
                              help="the reported model: the last epoch's, or the best validation P@1's"),
@@ -89,16 +94,21 @@ OPTIMIZER_SCHEMA = {
                                  "pretrained backbone may learn faster than the backbone it sits on)"),
 }
 SCHEDULE_SCHEMA = {
-    "name": Field(str, "cosine", choices=("cosine", "step", "constant", "warmup_hold_cosine"),
+    "name": Field(str, "cosine", choices=("cosine", "step", "constant", "warmup_hold_cosine",
+                                          "warmup_hold_cosine_fitted"),
                   help="cosine: to 0 over the run; step: x gamma every step_epochs; warmup_hold_cosine (the SGPS "
                        "authors' SequentialLR): linear from warmup_start_factor over warmup_steps, flat until "
-                       "cosine_from_step, then cosine with period 2 x cosine_steps (torch's CosineAnnealingLR)"),
+                       "cosine_from_step, then cosine with period 2 x cosine_steps (torch's CosineAnnealingLR, "
+                       "which climbs back up past cosine_from_step + cosine_steps); warmup_hold_cosine_fitted "
+                       "(ours): the same shape with its three breakpoints scaled so the cosine reaches 0 at the "
+                       "run's last step"),
     "warmup_epochs": Field(int, 0, min=0, help="cosine / step / constant: linear warm-up epochs"),
     "step_epochs": Field(int, 10, min=1, help="step schedule: epochs between decays"),
     "gamma": Field(float, 0.1, min=0.0, max=1.0, help="step schedule: decay factor"),
     "warmup_steps": Field(int, 0, min=0, help="warmup_hold_cosine: linear warm-up steps (SGPS authors: 1,000)"),
     "warmup_start_factor": Field(float, 0.0025, min=0.0, max=1.0,
-                                 help="warmup_hold_cosine: the warm-up's first lr / lr (SGPS authors: 1e-6 / 4e-4)"),
+                                 help="warmup_hold_cosine: the warm-up's first lr / lr, a factor as torch's "
+                                      "LinearLR start_factor (SGPS authors: 1e-6; the default 0.0025 is ours)"),
     "cosine_from_step": Field(int, 0, min=0, help="warmup_hold_cosine: the step cosine starts (SGPS authors: 3,000)"),
     "cosine_steps": Field(int, 1, min=1, help="warmup_hold_cosine: cosine's T_max in steps (SGPS authors: 8,000)"),
 }
@@ -195,8 +205,16 @@ TIMING_ENTRY_SCHEMA = {
     "method": Field(str),
     "hparams": Field(dict, {}),
 }
+#: ``report.settings_of``: the papers whose settings a profile can train under, or none (ours).
+SETTINGS_OF = ("none", "prism", "sgps", "bspml")
 REPORT_SCHEMA = {
     "metrics": Field(list, ["precision_at_1", "mean_average_precision_at_r"], item_type=str),
+    "settings_of": Field(str, "none", choices=SETTINGS_OF,
+                         help="whose paper's settings this experiment's runs were trained under (a paper profile sets "
+                              "it; a tag the report reads, so relabelling retrains nothing): a paper's cell is "
+                              "filled only by a run with the tag of the paper whose number the cell holds "
+                              "(references/papers/*.csv settings_of); other runs of its method show in a row of "
+                              "their own. none: the default grid's settings (ours), which fill no paper cell"),
     "rehearsal": Field(bool, False, help="ours: true = a rehearsal (scripts/paper_profile.py rehearse: miniature "
                                          "data, random weights); the report says its numbers mean nothing"),
     "labels": Field(dict, {}, help="ours: run name -> its row label in tables and figures (the papers' naming); "

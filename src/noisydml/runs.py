@@ -24,7 +24,8 @@ from pathlib import PurePosixPath
 from typing import Any, Mapping
 
 from noisydml.config import noises_of
-from noisydml.schema import Field, ParamsError, SectionCheck, check_choice, check_section, check_unique
+from noisydml.schema import (PER_NOISE, Field, ParamsError, SectionCheck, check_choice, check_section, check_unique,
+                             merged)
 
 #: A tuned run's name: its method's, with this suffix (its folder runs/<dataset>/<noise>/<method>_tuned/seed<k>).
 TUNED_SUFFIX = "_tuned"
@@ -108,14 +109,14 @@ class Run:
         return run_name(self.dataset, self.noise, self.name, self.seed)
 
     def params(self, params: Mapping[str, Any], values: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """``params`` as this run trains with them: its method and train overrides applied (a nested section is
-        merged key by key), then ``values`` (space key -> value: a tuned run's chosen values, a trial's) set at
+        """``params`` as this run trains with them: its method's settings for its noise
+        (``methods.<method>.per_noise.<noise>``, then removed), its own method and train overrides (a nested section
+        is merged key by key), then ``values`` (space key -> value: a tuned run's chosen values, a trial's) set at
         their paths (:func:`split_key`). The one place overrides are merged: the train, tune, timing and check
         stages and the studies all read a run's params here."""
         section = dict(params["methods"][self.method])
-        for key, value in self.hparams.items():
-            nested = isinstance(value, Mapping) and isinstance(section.get(key), Mapping)
-            section[key] = {**section[key], **value} if nested else value
+        per_noise = section.pop(PER_NOISE, None) or {}
+        section = merged(merged(section, per_noise.get(self.noise, {})), self.hparams)
         out = {**params, "train": {**params["train"], **self.train}, "methods": {**params["methods"], self.method: section}}
         if values:
             out = copy.deepcopy(out)

@@ -169,6 +169,22 @@ def check_section(
     return out
 
 
+#: ``methods.<name>.per_noise``: noise setting -> overrides of the method's hyper-parameters for runs on that noise
+#: (e.g. Co-teaching's forget rate set to each column's noise rate, as its papers do); validated by
+#: :func:`noisydml.methods.check_method`, applied by :meth:`noisydml.runs.Run.params` before a run's own overrides.
+PER_NOISE = "per_noise"
+
+
+def merged(section: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``section`` with ``overrides`` set on top; a nested mapping is merged key by key (one level), as DVC's
+    ``-S`` merges mappings."""
+    out = dict(section)
+    for key, value in overrides.items():
+        nested = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = {**out[key], **value} if nested else value
+    return out
+
+
 def check_name(name: Any, where: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ParamsError(

@@ -64,6 +64,9 @@ class Benchmark:
     #: Counts that depend on an option: ``((key, value, counts), ...)``, applied over :data:`counts` when
     #: ``cfg[key] == value`` (Food-101N's ``test_images: test`` evaluates on 12,750 images, not 51,000).
     option_counts: tuple[tuple[str, str, dict[str, int]], ...] = ()
+    #: Lower bounds where no exact count can be official (CARS-98N: images fetched from the web, links die):
+    #: checked unless ``expect`` names the key.
+    min_counts: dict[str, int] = field(default_factory=dict)
 
     def official_counts(self, cfg: dict) -> dict[str, int]:
         """The counts a dataset entry ``cfg`` must give: :data:`counts`, then the options', then its ``expect``."""
@@ -316,6 +319,8 @@ BENCHMARKS: dict[str, Benchmark] = {
          *CARS196_ARCHIVES),
         _cars98n_layout, {"train_classes": 98, "test_samples": 8131, "test_classes": 98},
         extract=("car_ims.tgz",), url_list=(CARS98N_LIST, _cars98n_urls),
+        # the PRISM authors' CARSN_train.csv lists 9,558 of the 9,567 URLs (the rest were dead for them too)
+        min_counts={"train_samples": 9558},
         source="9,567 web image URLs with labels (PRISM's authors; many links die over time) + Cars196",
         disk="about 0.3 GB of images + Cars196's 3.8 GB",
     ),
@@ -342,8 +347,10 @@ def files_tree(name: str, cfg: dict) -> str:
     return cfg["local_dir"] or f"data/raw/{name}/{FILES}"
 
 
-def check_counts(name: str, items: pd.DataFrame, expected: dict[str, int]) -> dict[str, int]:
-    """Compare the prepared rows with the official counts; stop on the first difference."""
+def check_counts(name: str, items: pd.DataFrame, expected: dict[str, int],
+                 at_least: dict[str, int] | None = None) -> dict[str, int]:
+    """Compare the prepared rows with the official counts (and the lower bounds ``at_least``); stop on the first
+    difference."""
     found: dict[str, int] = {}
     for split in ("train", "test", "query", "gallery"):
         rows = items[items["split"] == split]
@@ -357,4 +364,11 @@ def check_counts(name: str, items: pd.DataFrame, expected: dict[str, int]) -> di
             f"{name}: {key.replace('_', ' ')}: the official count is {want:,}, the files give {got:,}{others}. The "
             "download is incomplete or a different version of the dataset; see the README's dataset section "
             f"(datasets.{name}.expect overrides a count, for a subset made on purpose)")
+    for key, least in (at_least or {}).items():
+        if key not in expected and found.get(key, 0) < least:
+            raise DatasetError(
+                f"{name}: {key.replace('_', ' ')}: {found.get(key, 0):,} found, the paper's data has {least:,}: "
+                "images are missing (dead links or an incomplete download; the download stage records each in "
+                f"fetched.csv). Results on fewer images are not the paper's; to train on them anyway, say so: "
+                f"datasets.{name}.expect: {{{key}: {found.get(key, 0)}}}")
     return found

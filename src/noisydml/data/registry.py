@@ -108,7 +108,7 @@ def _prepare_benchmark(name: str, cfg: dict, out_dir: Path, base_dir: Path, work
     tree_rel = files_tree(name, cfg)
     tree = base_dir / tree_rel
     items = bench.layout(tree, cfg)
-    found = check_counts(name, items, bench.official_counts(cfg))
+    found = check_counts(name, items, bench.official_counts(cfg), at_least=bench.min_counts)
     checked = verify_images([tree / p for p in items["path"]], workers, desc=f"prepare {name}: verifying images")
     files = pd.DataFrame({"path": items["path"], "width": [c[0] for c in checked],
                           "height": [c[1] for c in checked], "sha256": [c[2] for c in checked]})

@@ -17,6 +17,8 @@ def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[in
 
     if schedule["name"] == "warmup_hold_cosine":
         return _warmup_hold_cosine(schedule)
+    if schedule["name"] == "warmup_hold_cosine_fitted":
+        return _warmup_hold_cosine(fitted_to_run(schedule, total))
 
     def factor(step: int) -> float:
         if step < warmup:
@@ -34,7 +36,8 @@ def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[in
 def _warmup_hold_cosine(schedule: dict) -> Callable[[int], float]:
     """The SGPS authors' ``SequentialLR([LinearLR, CosineAnnealingLR], milestones=[cosine_from_step])`` in closed
     form: linear from ``warmup_start_factor`` to 1 over ``warmup_steps``, 1 until ``cosine_from_step``, then
-    ``(1 + cos(pi t / cosine_steps)) / 2`` with ``t`` the steps since (periodic, as torch's closed form)."""
+    ``(1 + cos(pi t / cosine_steps)) / 2`` with ``t`` the steps since (periodic, as torch's closed form; a run longer
+    than ``cosine_from_step + cosine_steps`` climbs back up: :func:`fitted_to_run` is the fitted form)."""
     start, ramp = schedule["warmup_start_factor"], schedule["warmup_steps"]
     begin, period = schedule["cosine_from_step"], schedule["cosine_steps"]
 
@@ -46,6 +49,26 @@ def _warmup_hold_cosine(schedule: dict) -> Callable[[int], float]:
         return 1.0
 
     return factor
+
+
+def fitted_to_run(schedule: dict, total_steps: int) -> dict:
+    """``warmup_hold_cosine``'s breakpoints scaled so that its cosine reaches 0 at the run's last step (ours).
+
+    The SGPS authors' schedule (warm-up 1,000, hold to 3,000, cosine T_max 8,000: 0 at step 11,000) was written for
+    their run of 12,500 steps (their sampler's ``max_iters`` 8,000 / batch 64 = 125 steps an epoch, 100 epochs);
+    torch's closed form is periodic, so a longer run climbs back up (CARS-98N's 14,900 steps would end at 0.48 of
+    the peak). Scaling keeps the shape -- the warm-up's and hold's shares of the run -- on any run length, also
+    runs shorter than the authors' warm-up (a rehearsal); capping at the design length would instead spend the
+    rest of a longer run at lr 0."""
+    design = schedule["cosine_from_step"] + schedule["cosine_steps"]
+    scale = total_steps / design
+
+    def at(step: int) -> int:
+        return int(round(step * scale))
+
+    begin = at(schedule["cosine_from_step"])
+    return {**schedule, "warmup_steps": min(at(schedule["warmup_steps"]), begin), "cosine_from_step": begin,
+            "cosine_steps": max(1, total_steps - begin)}
 
 
 def build_optimizer(model: torch.nn.Module, method, opt_cfg: dict) -> torch.optim.Optimizer:

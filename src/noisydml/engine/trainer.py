@@ -151,7 +151,7 @@ class Trainer:
                 if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
                     module.eval()
         batches = epoch_batches(fit.labels, cfg["batch"]["per_class"], job.batch_size, job.spec.seed, epoch)
-        loss_sum, logs_sum = 0.0, {}
+        loss_sum, logs_sum, checks = 0.0, {}, []
         bar = tqdm(batches, desc=f"{job.spec.method} epoch {epoch + 1}/{cfg['epochs']}", unit="step",
                    disable=not (job.runtime["progress"] and ddp.is_main), leave=False, mininterval=1.0)
         # this rank's rows of every batch (all of them on one process)
@@ -164,6 +164,8 @@ class Trainer:
                                          f"{fit.step}; lower train.optimizer.lr or check the method's hyper-parameters")
             self._step(fit, loss)
             method.on_step_end(fit.context(epoch), batch)
+            if cfg["test_check_every_steps"] and fit.step % cfg["test_check_every_steps"] == 0:
+                checks.append(self._test_check(fit))
             loss_sum += loss.item()
             for k, v in logs.items():
                 logs_sum[k] = logs_sum.get(k, 0.0) + float(v)
@@ -171,6 +173,8 @@ class Trainer:
         row["loss"] = loss_sum / len(batches)
         row.update({k: v / len(batches) for k, v in logs_sum.items()})
         row["lr"] = fit.optimizer.param_groups[0]["lr"]
+        if cfg["test_check_every_steps"]:  # the epoch's best check (none fell in it: NaN)
+            row["test_check_precision_at_1"] = max(checks, default=float("nan"))
         row.update(method.on_epoch_end(fit.context(epoch)))
         return row
 
@@ -205,6 +209,16 @@ class Trainer:
         monitor = retrieval_metrics(test_emb, job.test_set.labels, query_mask=job.test_set.query_mask, **settings)
         row.update({f"test_{k}": v for k, v in monitor.items()})
         return row
+
+    def _test_check(self, fit: FitState) -> float:
+        """Test P@1 between two steps (``train.test_check_every_steps``): the PRISM authors' code checks every 100
+        iterations and reports its best. Only the test-selected figure reads it; it selects nothing, and the
+        embedding pass restores every module's mode and draws no random number, so the run trains as without it."""
+        job, evaluate = self.job, self.job.spec.evaluate
+        metrics = retrieval_metrics(fit.embed_retrieval(job.test_set.images), job.test_set.labels,
+                                    query_mask=job.test_set.query_mask, recall_at=(1,), nmi=False,
+                                    include=("precision_at_1",), max_k=evaluate["max_k"], device=evaluate["device"])
+        return float(metrics["precision_at_1"])
 
     def _export(self, fit: FitState) -> TrainResult:
         """The selected model's embeddings and the method's per-row exports."""

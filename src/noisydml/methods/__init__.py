@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from noisydml.catalog import load_member, names_in
-from noisydml.schema import ParamsError
+from noisydml.schema import PER_NOISE, ParamsError, merged
 
 #: Modules of this package that are not methods.
 _NOT_METHODS = {"__init__", "base"}
@@ -33,10 +33,22 @@ def load_spec(name: str):
 
 
 def check_method(params: dict, name: str, where: str | None = None) -> dict:
-    """Validate ``methods.<name>`` of params (defaults filled in) and store it back; return it."""
-    spec = load_spec(name)
-    params["methods"][name] = spec.check(params["methods"].get(name), where or f"methods.{name}")
-    return params["methods"][name]
+    """Validate ``methods.<name>`` of params (defaults filled in) and store it back; return it. Its
+    :data:`PER_NOISE` entries are validated as the sections they make (the section with each noise's overrides),
+    and kept (which noise names exist is a cross-section rule: pipeline/check.py)."""
+    spec, where = load_spec(name), where or f"methods.{name}"
+    section = dict(params["methods"].get(name) or {})
+    per_noise = section.pop(PER_NOISE, None)
+    checked = spec.check(section, where)
+    if per_noise is not None:
+        if not isinstance(per_noise, dict) or not all(isinstance(v, dict) for v in per_noise.values()):
+            raise ParamsError(f"{where}.{PER_NOISE}: {per_noise!r}; allowed: a mapping noise setting -> "
+                              f"{{hyper-parameter: value}} (e.g. {{prism_sym20: {{forget_rate: 0.2}}}})")
+        for noise, overrides in per_noise.items():
+            spec.check(merged(section, overrides), f"{where}.{PER_NOISE}.{noise}")
+        checked[PER_NOISE] = {noise: dict(overrides) for noise, overrides in per_noise.items()}
+    params["methods"][name] = checked
+    return checked
 
 
 def check_frozen_backbone(hparams: dict, train: dict, where: str) -> None:

@@ -272,10 +272,16 @@ class Method(nn.Module):
         return 1.0
 
     def param_groups(self, base_lr: float, weight_decay: float) -> list[dict[str, Any]]:
-        """Optimizer groups of this method's own parameters (default: one group at ``lr_multiplier`` x lr,
-        the optimizer's weight decay)."""
+        """Optimizer groups of this method's own parameters (default: one group at ``lr_multiplier`` x lr, the
+        optimizer's weight decay times ``proxy_weight_decay_factor`` where the method has one)."""
         params = [p for p in self.parameters() if p.requires_grad]
-        return [{"params": params, "lr": base_lr * self.lr_multiplier()}] if params else []
+        if not params:
+            return []
+        group = {"params": params, "lr": base_lr * self.lr_multiplier()}
+        factor = float(self.hparams.get("proxy_weight_decay_factor", 1.0))
+        if factor != 1.0:  # a group of the optimiser's own decay stays as before the factor existed (checkpoints)
+            group["weight_decay"] = weight_decay * factor
+        return [group]
 
     def trainable(self, epoch: int) -> Trainable:
         """Which parts of the model train in ``epoch`` (default: all of it)."""

@@ -23,7 +23,7 @@ from noisydml.noise import check_noise
 from noisydml.pipeline.job import check_run_params
 from noisydml.pipeline.timing import timing_run
 from noisydml.runs import chain_run, check_unique_folders
-from noisydml.schema import ParamsError, check_choice
+from noisydml.schema import PER_NOISE, ParamsError, check_choice
 from noisydml.studies import all_runs, check_studies
 
 
@@ -40,7 +40,8 @@ def check_all(params: dict[str, Any]) -> dict[str, Any]:
     for name in params["noise"]:
         check_noise(params, name)
     for name in list(params["methods"]):
-        check_method(params, name)
+        for noise in check_method(params, name).get(PER_NOISE, {}):
+            check_choice(noise, list(params["noise"]), f"methods.{name}.{PER_NOISE}", "noise setting")
     check_backbone(params["train"], params["weights"])
     for name in params["grid"]["methods"]:
         check_frozen_backbone(params["methods"][name], params["train"], f"methods.{name}")

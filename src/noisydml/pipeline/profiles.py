@@ -9,12 +9,14 @@ through DVC's own override code and prints (or runs) the command. No stage impor
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from noisydml.schema import ParamsError
@@ -100,6 +102,9 @@ GPU_TRAIN_IMAGES_PER_S = {"bn_inception": 1400.0, "resnet50": 800.0}
 #: JPEG decode + RandomResizedCrop + flip per loader process, measured here (scripts/bench_data_pipeline.py), and
 #: the processes assumed (``runtime.loader_workers: -1`` on a 16-core machine: 15; 12 to leave room).
 DECODE_IMAGES_PER_S, DECODE_PROCESSES = 231.0, 12
+#: Methods that train a second network beside the model (forward and backward on every batch, the images decoded
+#: once): Co-teaching and its variants, DivideMix, UNICON.
+TWO_NETWORKS = ("coteaching", "coteaching_plus", "coteaching_t", "dividemix", "unicon")
 #: Per optimisation step: the method's own work, logging, the sampler (assumed).
 STEP_OVERHEAD_S = 0.015
 #: Training and evaluation images per dataset kind: the official counts; Food-101N's 144,086 (SGPS IV-A) and
@@ -120,8 +125,9 @@ def _images(params: dict, dataset: str) -> tuple[int, int]:
 def estimate(params: dict) -> dict[str, float]:
     """The profile's iterations per run (the largest) and its GPU hours under the assumptions above: per run,
     iterations x batch at the GPU or decode rate (the slower), plus evaluations (every ``eval_every`` epochs and the
-    last; one training-set pass; SGPS two more, BSPML one per epoch) at 3x, plus a fixed cost per step. SGPS with
-    ``positive_source: forward`` trains on K more images per batch item from its first SGM epoch."""
+    last, and every ``test_check_every_steps`` steps; one training-set pass; SGPS two more, BSPML one per epoch) at 3x, plus a fixed cost per step. SGPS with
+    ``positive_source: forward`` trains on K more images per batch item from its first SGM epoch; a method with a
+    second network (:data:`TWO_NETWORKS`) trains at half the GPU rate."""
     from noisydml.engine.sampling import steps_per_epoch
     from noisydml.runs import runs_of
 
@@ -139,13 +145,65 @@ def estimate(params: dict) -> dict[str, float]:
             forwarded_epochs = max(0, train_cfg["epochs"] - method["sgm"]["start_epoch"])
             trained += forwarded_epochs * steps * batch * method["positives_per_sample"]
         most = max(most, iterations)
-        rate = min(GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]], decode)
+        networks = 2 if run.method in TWO_NETWORKS else 1
+        rate = min(GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]] / networks, decode)
         evals = train_cfg["epochs"] // max(1, train_cfg["eval_every"]) + 1
+        if train_cfg["test_check_every_steps"]:  # a test pass every N steps (the test-selected figure)
+            evals += iterations // train_cfg["test_check_every_steps"]
         passes = 1 + (2 if run.method.startswith("sgps") else 0) + (train_cfg["epochs"] if run.method == "bspml" else 0)
         eval_rate = min(3 * GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]], decode)
         seconds += (trained / rate + iterations * STEP_OVERHEAD_S
                     + (evals * test_images + passes * train_images) / eval_rate)
     return {"iterations": most, "gpu_hours": seconds / 3600}
+
+
+def lr_curves(profiles: dict[str, dict], applied: dict[str, dict], path: str | Path) -> Path:
+    """Draw every profile's learning-rate factor over its run (the largest dataset's steps, the full datasets'
+    sizes), one line per distinct curve, into ``path`` (a PNG): the SGPS profiles' fitted warm-up/hold/cosine
+    beside the authors' closed form at the same length, and the PRISM and BSPML profiles' schedules."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from noisydml.engine.optim import lr_factor
+    from noisydml.engine.sampling import steps_per_epoch
+
+    curves: dict[tuple, list[str]] = {}
+    for name in profiles:
+        params = applied[name]
+        train = params["train"]
+        batch = train["batch"]["classes"] * train["batch"]["per_class"]
+        for dataset in params["grid"]["datasets"]:
+            steps = steps_per_epoch(_images(params, dataset)[0], batch)
+            key = (json.dumps(train["schedule"], sort_keys=True), train["epochs"], steps)
+            curves.setdefault(key, []).append(f"{name} ({dataset})")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    colours = iter(plt.get_cmap("tab20").colors)
+    for (schedule, epochs, steps), names in curves.items():
+        schedule = json.loads(schedule)
+        total = epochs * steps
+        ax = axes[0] if names[0].startswith("sgps/") else axes[1]
+        x = np.linspace(0, total - 1, 400).astype(int)
+        factor = lr_factor(schedule, epochs, steps)
+        label = ", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "")
+        colour = next(colours)
+        ax.plot(x, [factor(int(t)) for t in x], color=colour, label=f"{label}: {total:,} steps")
+        if schedule["name"] == "warmup_hold_cosine_fitted":  # the authors' closed form at the same length
+            authors = lr_factor({**schedule, "name": "warmup_hold_cosine"}, epochs, steps)
+            ax.plot(x, [authors(int(t)) for t in x], ls=":", color=colour)
+    axes[0].set_title("SGPS: fitted to the run (dotted: the authors' closed form, periodic)", fontsize=9)
+    axes[1].set_title("PRISM and BSPML: cosine to 0 over the run", fontsize=9)
+    axes[0].set_ylabel("lr / peak lr")
+    for ax in axes:
+        ax.set_xlabel("optimisation step")
+        ax.legend(fontsize=6, loc="upper right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def profiles_table(profiles: dict[str, dict], applied: dict[str, dict] | None = None) -> str:

@@ -3,7 +3,10 @@
 The numbers are data, not code: ``references/papers/<paper>.csv`` (one row per cell, written by
 ``scripts/transcribe_reference_tables.py`` from the transcriptions in the papers folder; see its docstring for
 the columns). A paper cell meets one of our results when the row's ``method`` ran on a dataset of the cell's
-kind (``datasets.<name>.kind``: cub200, cars196, sop, ...) under the cell's noise model and rate. Our datasets
+kind (``datasets.<name>.kind``: cub200, cars196, sop, ...) under the cell's noise model and rate, trained under the
+settings of the paper whose number the cell holds (the cell's ``settings_of``, the run's ``report.settings_of``):
+a paper's reprint of another paper's number is filled by runs under the other paper's settings, and a run under
+other settings shows in a row of its own beneath, labelled, never differenced. Our datasets
 that are no paper's (the embedded glyphs, a folder) get columns of their own, headed as such: their numbers
 show orderings, never a difference from the paper's.
 """
@@ -25,6 +28,12 @@ SHORT = {"cars196": "CARS", "sop": "SOP", "cub200": "CUB", "cars98n": "CARS-98N"
          "clothing1m": "Clothing1M", "inshop": "In-shop"}
 #: Metrics our runs report (the rest: training seconds, GPU hours, face verification, shown as the paper's only).
 RETRIEVAL = ("precision_at_1", "mean_average_precision_at_r", "nmi", "recall_at_")
+
+
+def settings_name(settings_of: str) -> str:
+    """A run's ``report.settings_of`` as the report names it (a paper's tag is its name in lower case)."""
+    return "our default" if settings_of == "none" else f"{settings_of.upper()}'s"
+
 #: Within how many points a P@1 (Recall@1) cell counts as reproduced.
 REPRODUCED_WITHIN = 2.0
 
@@ -48,11 +57,13 @@ def noise_model(stats: dict, dataset_kind: str) -> str:
 
 
 def our_cells(summary: pd.DataFrame, params: dict, stats: dict) -> pd.DataFrame:
-    """Our summary rows keyed like the paper cells: ``method, kind, our_dataset, noise_model, rate``."""
+    """Our summary rows keyed like the paper cells: ``method, kind, our_dataset, noise_model, rate``, and the
+    settings they were trained under (``settings_of``, one tag for the experiment)."""
     if summary.empty:
-        return pd.DataFrame(columns=["method", "kind", "our_dataset", "noise_model", "rate"])
+        return pd.DataFrame(columns=["method", "kind", "our_dataset", "noise_model", "rate", "settings_of"])
     kinds = {name: cfg["kind"] for name, cfg in params["datasets"].items()}
     rows = summary.copy()
+    rows["settings_of"] = params["report"]["settings_of"]
     rows["kind"] = rows["dataset"].map(kinds)
     rows["our_dataset"] = rows["dataset"]
     rows["noise_model"] = [noise_model(stats[d, n], kinds[d]) for d, n in zip(rows["dataset"], rows["noise"])]
@@ -71,12 +82,34 @@ def _column_label(cell) -> str:
 
 
 def _ours(ours: pd.DataFrame, method: str, noise: str, rate: float, metric: str, kind: str | None = None,
-          dataset: str | None = None):
+          dataset: str | None = None, settings_of: str | None = None):
+    """Our number for a cell (in %), from runs under ``settings_of``'s settings where given; None if none ran."""
     if not method or ours.empty or metric not in ours.columns:
         return None
     hit = ours[(ours["method"] == method) & (ours["noise_model"] == noise) & ((ours["rate"] - rate).abs() < 1e-6)]
     hit = hit[hit["kind"] == kind] if kind is not None else hit[hit["our_dataset"] == dataset]
+    if settings_of is not None:
+        hit = hit[hit["settings_of"] == settings_of]
     return None if hit.empty else 100 * float(hit[metric].iloc[0])
+
+
+def _other_settings(ours: pd.DataFrame, group: pd.DataFrame, columns: pd.DataFrame) -> dict[str, list[str]]:
+    """A paper row's runs under settings other than its cells' paper's: settings -> one value per column ("" where
+    none ran), for a row of their own beneath the paper's."""
+    method, out = group["method"].iloc[0], {}
+    if not method or ours.empty:
+        return out
+    for settings in dict.fromkeys(ours["settings_of"]):
+        values = []
+        for col in columns.itertuples():
+            hit = group[(group["dataset"] == col.dataset) & (group["noise"] == col.noise)
+                        & ((group["rate"] - col.rate).abs() < 1e-6) & (group["metric"] == col.metric)]
+            mine = None if hit.empty or hit["settings_of"].iloc[0] == settings else _ours(
+                ours, method, col.noise, col.rate, col.metric, kind=col.dataset, settings_of=settings)
+            values.append("" if mine is None else f"ours {mine:.2f}")
+        if any(values):
+            out[settings] = values
+    return out
 
 
 def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str]) -> tuple[list[str], int]:
@@ -111,11 +144,12 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
                 continue
             paper = hit["value"].iloc[0]
             text = f"{paper:.2f}" + (f" ± {hit['std'].iloc[0]:.2f}" if pd.notna(hit["std"].iloc[0]) else "")
-            mine = _ours(ours, method, col.noise, col.rate, col.metric, kind=col.dataset)
+            settings = hit["settings_of"].iloc[0]
+            mine = _ours(ours, method, col.noise, col.rate, col.metric, kind=col.dataset, settings_of=settings)
             if mine is not None:
                 ran += 1
                 text += f" · ours {mine:.2f} ({mine - paper:+.2f})"
-                best = (_ours(ours, method, col.noise, col.rate, BEST_ON_TEST, kind=col.dataset)
+                best = (_ours(ours, method, col.noise, col.rate, BEST_ON_TEST, kind=col.dataset, settings_of=settings)
                         if col.metric == "precision_at_1" else None)
                 if best is not None and not math.isnan(best):
                     text += f" [best on test {best:.2f}]"
@@ -131,6 +165,9 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
             mark = " ‡"
         name = f"{row}{mark} (`{method}`)" if method else f"{row} (not implemented here)"
         out.append(f"| {name} | " + " | ".join(values) + " |")
+        for settings, others in _other_settings(ours, group, columns).items():
+            out.append(f"| ↳ {row}: ours under {settings_name(settings)} settings, not this paper's "
+                       f"(`{method}`) | " + " | ".join(others) + " |" + " |" * len(extra))
     out.append("")
     out += [f"‡ {row}: {note}." for row, note in notes.items()]
     return out + ([""] if notes else []), ran
@@ -149,7 +186,8 @@ def status_table(references: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
                          "status": "not comparable (" + cells["note"].iloc[0] + ")" if cells["note"].iloc[0]
                          else "no row we implement"})
             continue
-        diffs = [(_ours(ours, c.method, c.noise, c.rate, c.metric, kind=c.dataset), c.value) for c in first.itertuples()]
+        diffs = [(_ours(ours, c.method, c.noise, c.rate, c.metric, kind=c.dataset, settings_of=c.settings_of), c.value)
+                 for c in first.itertuples()]
         ran = [(mine, paper) for mine, paper in diffs if mine is not None]
         within = sum(abs(mine - paper) <= REPRODUCED_WITHIN for mine, paper in ran)
         if not ran:
@@ -172,7 +210,10 @@ def reference_section(references: pd.DataFrame, summary: pd.DataFrame, params: d
     md = ["## The papers' tables beside ours", "",
           f"Every table of {', '.join(dict.fromkeys(references['paper']))}, transcribed in "
           "`references/papers/*.csv`. A cell reads `paper · ours (ours - paper)` where we ran the row's method on "
-          "the paper's dataset, noise and rate (e.g. via a published-list noise setting); our numbers on "
+          "the paper's dataset, noise and rate (e.g. via a published-list noise setting) under the settings of the "
+          "paper whose number the cell holds (a cell reprinting another paper's number: that paper's settings; "
+          f"these runs: {settings_name(params['report']['settings_of'])} settings, `report.settings_of`); a run of "
+          "the row's method under other settings shows in a row of its own (↳), never differenced; our numbers on "
           "datasets no paper uses (the embedded glyphs) sit in their own columns and are never differenced. "
           f"Status: a table is reproduced when every P@1 cell of a row we implement is within "
           f"{REPRODUCED_WITHIN:g} points. `[best on test x]` beside our P@1 is **test-selected**: the highest test "

@@ -35,12 +35,14 @@ def collect(runs: list[Run], layout, stats: dict[tuple[str, str], dict]) -> pd.D
         result = io.read_json(path)
         setting = stats[dataset, noise]
         training = result.get("training", {})
-        curve = [v for v in training.get("curve_test_precision_at_1", []) if v is not None]
+        curve = [v for key in ("curve_test_precision_at_1", "curve_test_check_precision_at_1")
+                 for v in training.get(key, []) if v is not None]
         rows.append({
             "dataset": dataset, "noise": noise, "noise_kind": setting["kind"],
             "noise_rate": setting["nominal_rate"], "actual_noise_rate": setting["actual_rate"],
             "method": method, "run_kind": kind, "seed": seed, **result["metrics"],
-            # test-selected: the best monitored test P@1 (what the PRISM authors' code reports); never a headline
+            # test-selected: the best monitored test P@1, per epoch and with train.test_check_every_steps every N
+            # steps (what the PRISM authors' code reports); never a headline
             BEST_ON_TEST: max(curve) if curve else float("nan"),
             "map_at_r_exact": result.get("map_at_r_exact", True), "k_used": result.get("k_used"),
             # the reported epoch (the last, the best on validation classes, or the method's own pick)

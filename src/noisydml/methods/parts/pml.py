@@ -39,6 +39,8 @@ class PMLBaseline:
     lr_multiplier: float = 1.0
     #: Wrap the loss in a cross-batch memory (XBM) of ``memory_size`` embeddings.
     memory: bool = False
+    #: Offer ``reduction`` (:data:`REDUCTION_FIELD`) without a memory: the PRISM authors' contrastive baseline.
+    reducible: bool = False
     #: The loss keys' fields where a type alone does not say what is allowed (choices, bounds); else from defaults.
     loss_fields: dict[str, Field] = field(default_factory=dict)
 
@@ -79,6 +81,12 @@ REDUCTION_FIELD = Field(
          "the mean of the non-zero negative-pair losses); authors' code: sum_over_batch = the sum over every pair "
          "divided by the batch size (PRISM/XBM's loss: (sum(1 - s+) + sum(s- > margin)) / B). Same pairs, other "
          "weights: on one memory the two gradients point apart (cosine 0.3-0.7) and differ ~25x in norm")
+#: How much of the optimiser's weight decay a loss's own parameters (proxies, centres) get.
+PROXY_WEIGHT_DECAY_FIELD = Field(
+    float, 1.0, min=0.0,
+    help="ours: the weight decay of the loss's own parameters (proxies, centres, Margin's betas) = the optimiser's "
+         "x this; the PRISM authors' code trains proxies and centres in an optimiser of their own without weight "
+         "decay (0)")
 
 
 def schema_from_defaults(defaults: dict[str, Any]) -> dict[str, Field]:
@@ -101,7 +109,7 @@ class PMLMethod(Method):
         if "embedding_size" in baseline.needs:
             kwargs["embedding_size"] = setup.embedding_dim
         #: the authors' reduction (REDUCTION_FIELD): pair losses summed here, divided by the batch size in loss_of
-        self.sum_over_batch = baseline.memory and setup.hparams["reduction"] == "sum_over_batch"
+        self.sum_over_batch = setup.hparams.get("reduction") == "sum_over_batch"
         if self.sum_over_batch:
             kwargs["reducer"] = reducers.SumReducer()
         loss = baseline.loss_cls(**kwargs)
@@ -156,9 +164,12 @@ def baseline_spec(baseline: PMLBaseline) -> MethodSpec:
     if baseline.miner_cls is not None:
         schema["miner"] = Field(dict, dict(baseline.miner_defaults))
         nested["miner"] = schema_from_defaults(baseline.miner_defaults)
+    if "num_classes" in baseline.needs:
+        schema["proxy_weight_decay_factor"] = PROXY_WEIGHT_DECAY_FIELD
     if baseline.memory:
         schema["memory_size"] = Field(int, 8192, min=1)
         schema["memory_warmup_steps"] = Field(int, 0, min=0, help="steps on the batch alone before the memory starts")
+    if baseline.memory or baseline.reducible:
         schema["reduction"] = REDUCTION_FIELD
     return MethodSpec(
         build=lambda setup: PMLMethod(setup, baseline),

@@ -118,9 +118,12 @@ class SlidingThreshold(nn.Module):
     A sample is *scorable* when its class has features in the memory. Only scorable samples are ranked:
     ``Q_t`` is the ``floor(R * n_s)``-th lowest ``P_clean`` of the ``n_s`` scorable samples of the batch.
     Unscorable samples are kept (``unscorable: keep``, our default) or dropped (``drop``). The authors' code
-    ranks every sample with ``P_clean = 1`` for unscorable ones; with more classes than the memory holds
-    (SOP: 11,318 classes, memory 8,192) most of a batch is unscorable, the quantile is 1.0, every batch takes
-    the fallback, and the fallback drops exactly the scorable samples: nothing scorable is ever kept.
+    ranks every sample with ``P_clean = 1`` for unscorable ones and never pushes a quantile of 1.0 into its
+    window; with more classes than the memory holds (SOP: 11,318 classes, memory 8,192) most of a batch is
+    unscorable, the quantile is 1.0, so the window stays empty and every batch takes the empty-window branch,
+    which drops the ``floor(R * B)`` lowest: all the scorable samples and, to make up the count, unscorable ones
+    in ``argsort``'s order among the tied 1.0s. Nothing scorable is ever kept (the authors' code run at SOP size:
+    kept-of-scorable 0.000, kept fraction 0.50, the fallback branch never taken).
     """
 
     def __init__(self, noise_rate: float, window: int, keep_unscorable: bool = True, reset_on_fallback: bool = False):
@@ -261,13 +264,15 @@ class PrismMethod(Method):
 
 def selector_schema(base: "PMLBaseline") -> dict[str, Field]:
     """The hyper-parameters of PRISM's selector in front of the pml loss ``base`` (also SGPS's)."""
-    from noisydml.methods.parts.pml import REDUCTION_FIELD
+    from noisydml.methods.parts.pml import PROXY_WEIGHT_DECAY_FIELD, REDUCTION_FIELD
 
     schema = {
         "loss": Field(dict, dict(base.loss_defaults)),
         "lr_multiplier": Field(float, base.lr_multiplier, min=0.0),
         **PRISM_SCHEMA,
     }
+    if "num_classes" in base.needs:
+        schema["proxy_weight_decay_factor"] = PROXY_WEIGHT_DECAY_FIELD
     if base.memory:
         schema["memory_warmup_steps"] = Field(int, 0, min=0, help="steps before XBM's memory joins the loss (as mcl's)")
         schema["reduction"] = REDUCTION_FIELD

@@ -19,8 +19,11 @@ PRISM. What PRISM throws away, SGPS uses:
   by SGM") K positives drawn for *every* batch item before PCS decides (it cannot know the rejected ones before the
   forward), their images loaded and forwarded with the batch in one training-mode pass
   (:meth:`~noisydml.methods.base.Method.extra_samples`), with gradient; the rejected items' positives feed the
-  prototypes. Only the batch's own rows update the bank and the memory (ours; the authors' memory likewise never
-  takes the positives' images).
+  prototypes. Only the batch's own rows update the bank and the memory (ours, both sources). The authors' code
+  differs for the bank: its training step sends every forwarded image's feature to the feature server, the
+  positives' too (``sgps/systems/sgps.py``, ``update_feature`` over all the step's indices), so with ``forward`` a
+  positive's bank row is refreshed when it is drawn; here it is refreshed when it is next in a batch (once an
+  epoch), with alpha 0.9 on the new feature either way.
 - **PPM** (Eqs. 7-9, TransProto): Mean, Max (the positive most similar to the anchor), SoftMax (weights
   ``softmax(mean_k (F F^T - I))``, Eq. 9, no temperature), or TransProto: ``layers`` pre-LN transformer decoder
   blocks over the K positive tokens (self-attention, cross-attention to ``conditioning`` bank features of the
