@@ -217,8 +217,10 @@ def reference_section(references: pd.DataFrame, summary: pd.DataFrame, params: d
           "datasets no paper uses (the embedded glyphs) sit in their own columns and are never differenced. "
           f"Status: a table is reproduced when every P@1 cell of a row we implement is within "
           f"{REPRODUCED_WITHIN:g} points. `[best on test x]` beside our P@1 is **test-selected**: the highest test "
-          "P@1 over the monitored epochs (every `train.eval_every` epochs and the last), the figure a trainer that "
-          "keeps its best test epoch reports, as some authors' code does (README: where we differ). It shows how "
+          "P@1 over the monitored epochs (every `train.eval_every` epochs and the last) and, where set, over the "
+          "checks every `train.test_check_every_steps` steps (a paper profile sets the authors' interval), the "
+          "figure a trainer that keeps its best test model reports, as some authors' code does (README: where we "
+          "differ). It shows how "
           "much of a difference model selection explains; our number (the last epoch) is the result.", "",
           status.to_markdown(index=False), ""]
     idle = []
