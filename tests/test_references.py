@@ -84,6 +84,8 @@ def test_a_cell_is_filled_only_by_runs_under_the_settings_of_the_paper_whose_num
     assert status.loc[("PRISM", "Table 1"), "run on the paper's data"] == 1
     assert status.loc[("SGPS", "Table I"), "run on the paper's data"] == 1
     assert status.loc[("SGPS", "Table II"), "run on the paper's data"] == 0
+    md, _ = reference_section(refs, summary, {**PARAMS, "report": {"settings_of": "sgps"}}, stats)
+    assert "### PRISM Table 1:" in "\n".join(md)  # shown for its labelled row alone
     none = our_cells(summary, {**PARAMS, "report": {"settings_of": "none"}}, stats)
     assert status_table(refs, none)["run on the paper's data"].sum() == 0  # the default grid fills no paper cell
 

@@ -227,7 +227,7 @@ def reference_section(references: pd.DataFrame, summary: pd.DataFrame, params: d
     for (paper, table), cells in references.groupby(["paper", "table"], sort=False):
         lines, ran = side_by_side(cells, ours, paper_kinds)
         caption = cells["caption"].iloc[0]
-        if ran:
+        if ran or any(line.startswith("| ↳") for line in lines):  # a cell of ours, or a run under other settings
             md += [f"### {paper} {table}: {caption}", "", *lines]
             continue
         why = (cells["note"].iloc[0] if not lines else "none of its cells ran with these params") or "no retrieval metric"
