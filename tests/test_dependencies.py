@@ -168,10 +168,11 @@ def test_every_schema_key_is_written_in_params_yaml():
         missing.extend(f"{where}.{k}" for k in schema if k not in (section or {}))
 
     from noisydml.evaluation import EVALUATE_SCHEMA
+    from noisydml.pipeline.report_params import REPORT_SCHEMA
 
     for key, schema in (("train", config.TRAIN_SCHEMA), ("runtime", config.RUNTIME_SCHEMA),
                         ("evaluate", EVALUATE_SCHEMA), ("tracking", config.TRACKING_SCHEMA),
-                        ("report", config.REPORT_SCHEMA), ("timing", config.TIMING_SCHEMA),
+                        ("report", REPORT_SCHEMA), ("timing", config.TIMING_SCHEMA),
                         ("grid", config.GRID_SCHEMA)):
         need(raw[key], schema, key)
     need(raw["train"]["batch"], config.BATCH_SCHEMA, "train.batch")

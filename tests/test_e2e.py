@@ -78,12 +78,14 @@ def repo(tmp_path_factory):
 
 def test_repro_produces_report_and_metrics(repo):
     root, env, out = repo
-    for name in ("results.md", "results.csv", "noise_stats.csv", "p_at_1_vs_noise.png", "noise_per_class.png",
-                 "all_metrics.json", "training_time.csv", "selection.csv", "selection_over_training.png",
-                 "results.tex", "p_at_1_vs_noise.pdf", "selection_over_training.pdf"):
+    for name in ("results.md", "results.csv", "noise_stats.csv", "figures/p_at_1_vs_noise.png",
+                 "figures/noise_per_class.png", "all_metrics.json", "training_time.csv", "selection.csv",
+                 "figures/selection_over_training.png", "results.tex", "pdf/p_at_1_vs_noise.pdf",
+                 "pdf/selection_over_training.pdf", "orderings.csv"):
         assert (root / "reports" / name).is_file(), name
     table = (root / "reports" / "results.md").read_text()
-    assert "| MS |" in table and "sym50 P@1" in table and "sc25 MAP@R" in table
+    assert "| MS |" in table and "50% symmetric P@1" in table and "25% small-cluster MAP@R" in table
+    assert "sym50" not in table.split("\n## ", 1)[0]  # the main table names settings as the papers do
     metrics = json.loads((root / "reports" / "all_metrics.json").read_text())
     assert set(metrics) == {f"glyphs/{n}/{m}" for n in NOISES for m in ("ms", "prism")} | {
         "glyphs/sym50/ms_on_prism_kept", "glyphs/sc25/ms_dim8", "glyphs/sc25/bspml_lam3.0_mu20"}
@@ -117,7 +119,7 @@ def test_embedding_size_point_trains_its_dim_and_has_its_own_report_section(repo
     assert "| method | d = 8 |" in section and "| ms | " in section
     sizes = pd.read_csv(root / "reports" / "studies" / "bspml" / "embedding_size.csv")
     assert sizes[["method", "embedding_dim", "seeds"]].values.tolist() == [["ms", 8, 1]]
-    assert (root / "reports" / "studies" / "bspml" / "embedding_size.png").is_file()
+    assert (root / "reports" / "figures" / "bspml-embedding_size.png").is_file()
     dot = _run([sys.executable, "-m", "dvc", "dag", "--dot", "train_embedding_size@ms-8-0"], root, env)
     assert '"corrupt@glyphs-sc25" -> "train_embedding_size@ms-8-0"' in dot
 
@@ -139,7 +141,7 @@ def test_bspml_cells_hold_the_age_and_have_their_own_report_section(repo):
     assert "bspml_lam" not in report.split("\n## ", 1)[0]
     section = report.split("## BSPML retrained per cell (Figs. 3-4)", 1)[1].split("\n## ", 1)[0]
     assert "| 3 | 20 | " in section
-    assert (root / "reports" / "studies" / "bspml" / "bspml_cells.png").is_file()
+    assert (root / "reports" / "figures" / "bspml-bspml_cells.png").is_file()
     ran = _run([sys.executable, "-m", "dvc", "stage", "list", "--name-only"], root, env).split()
     assert "train_bspml_cell@3.0-20-0" in ran
 
@@ -224,7 +226,7 @@ def test_report_shows_small_cluster_statistics(repo):
     assert noise.loc["sc25", "classes_after"] == 4 and noise.loc["sc25", "dissolved_classes"] == "2"
     assert noise.loc["sym50", "classes_after"] == 6
     report = (root / "reports" / "results.md").read_text()
-    assert "Moved clusters (small-cluster noise)" in report and "cluster size |   glyphs / sc25 |" in report
+    assert "Moved clusters (small-cluster noise)" in report and "cluster size |   glyphs, 25% small-cluster |" in report
 
 
 def test_changing_one_noise_rate_dirties_only_its_branch(repo):
@@ -338,7 +340,7 @@ def test_noise_clustered_on_a_run_is_a_dvc_edge_and_is_remade_when_the_run_chang
     stats_path = root / "data" / "noisy" / "glyphs" / "scrun" / "stats.json"
     stats = json.loads(stats_path.read_text())
     assert stats["features"]["run"] == "glyphs-clean-ms-0" and stats["num_classes_after"] == 4
-    assert "glyphs / scrun" in (root / "reports" / "results.md").read_text()
+    assert "25% small-cluster (clusters of a run's embeddings)" in (root / "reports" / "results.md").read_text()
     # retraining the run re-makes the labels clustered on its embeddings, and only those
     params_path = root / "params.yaml"
     saved = params_path.read_text()

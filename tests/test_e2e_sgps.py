@@ -55,7 +55,7 @@ def test_posterior_chain_runs_in_order_and_reports_each_stage(repo):
     assert {"stage 1: sgps P@1", "stage 2: sgps_posterior_stage2 P@1", "stage 3: sgps_posterior P@1"} <= set(table)
     md = (root / "reports" / "results.md").read_text()
     assert "Posterior data clean" in md and "c^B purity" in md and "| mean |" not in md
-    assert (root / "reports" / "studies" / "sgps" / "curves_over_training.png").is_file()
+    assert (root / "reports" / "figures" / "sgps-curves_over_training.png").is_file()
 
 
 def test_ablation_variant_is_its_own_run_and_report_row(repo):

@@ -29,7 +29,8 @@ def _params(seeds):
             "chains": {"c": {"name": "ms_on_prism_kept"}}, "evaluate": {"recall_at": [1]},
             "train": {"model_selection": "last", "validation_classes": 0},
             "report": {"metrics": ["precision_at_1", "mean_average_precision_at_r"],
-                       "labels": {"ms": "MS", "ms_on_prism_kept": "MS on kept_1 & 50%"}, "panels": {}}}
+                       "labels": {"ms": "MS", "ms_on_prism_kept": "MS on kept_1 & 50%"}, "panels": {},
+                       "reference_rows": {}}}
 
 
 def test_summary_uses_the_sample_standard_deviation():
@@ -39,16 +40,113 @@ def test_summary_uses_the_sample_standard_deviation():
     assert summary.loc["ms", "seeds"] == 3 and np.isnan(summary.loc["ms_on_prism_kept", "precision_at_1_std"])
 
 
-def test_main_table_rows_columns_cells_and_best_in_bold():
+NAMES = {("glyphs", "sym50"): "50% symmetric", ("glyphs", "clean"): "clean labels"}
+
+
+def test_main_table_rows_columns_cells_and_bold_only_beyond_the_spread():
     summary = summarise(_per_seed(), ["precision_at_1", "mean_average_precision_at_r"])
-    text = "\n".join(main_table.markdown(summary, _params([0, 1, 2])))
-    assert "n = 3 seeds (± sample standard deviation (ddof=1))" in text
-    assert "| Method | sym50 P@1 | sym50 MAP@R | clean P@1 | clean MAP@R |" in text
-    assert "| MS | 30.0 ± 10.0 | 3.0 ± 1.0 | – | – |" in text
-    assert "| prism | 60.0 ± 10.0 | 6.0 ± 1.0 | – | – |" in text  # no label: the run's name
-    assert "| MS on kept_1 & 50% | **90.0** | **9.0** | – | – |" in text  # one seed: no ±; best of its column
+    text = "\n".join(main_table.markdown(summary, _params([0, 1, 2]), NAMES))
+    assert "n = 1/3 seeds (mean ± sample standard deviation (ddof=1); rows of fewer seeds say how many" in text
+    assert main_table.BOLD_RULE in text
+    assert ("| Method | 50% symmetric P@1 | 50% symmetric MAP@R | clean labels P@1 | clean labels MAP@R |"
+            in text)
+    assert "| MS | 30.00 ± 10.00 | 3.00 ± 1.00 | – | – |" in text
+    # prism leads MS by 30 points, more than both sds (10), but the one-seed chain has no sd: no row is bold
+    assert "| prism | 60.00 ± 10.00 | 6.00 ± 1.00 | – | – |" in text  # no label: the run's name
+    assert "| MS on kept_1 & 50% (n = 1) | 90.00 | 9.00 | – | – |" in text  # one seed: no ±, never bold
+    assert "**" not in text.split("| Method |")[1].split("\n\n")[0]
+    assert "- –: not run" in text
     assert "MS = `ms`" in text and "prism = " not in text
     assert main_table.row_names(_params([0])) == ["ms", "prism", "ms_on_prism_kept"]
+
+
+def test_main_table_bolds_a_lead_beyond_both_sds_and_nothing_within():
+    per_seed = _per_seed()
+    per_seed = per_seed[per_seed["method"] != "ms_on_prism_kept"]
+    summary = summarise(per_seed, ["precision_at_1", "mean_average_precision_at_r"])
+    text = "\n".join(main_table.markdown(summary, _params([0, 1, 2]), NAMES))
+    assert "| prism | **60.00 ± 10.00** | **6.00 ± 1.00** | – | – |" in text  # leads by 30 > 10 and 3 > 1
+    # a lead within the spread: 0.5 points against sds of 10
+    close = per_seed.assign(precision_at_1=[v + (0.295 if m == "ms" else 0) for v, m in
+                                            zip(per_seed["precision_at_1"], per_seed["method"])])
+    text = "\n".join(main_table.markdown(summarise(close, ["precision_at_1", "mean_average_precision_at_r"]),
+                                         _params([0, 1, 2]), NAMES))
+    assert "| prism | 60.00 ± 10.00 | **6.00 ± 1.00** |" in text
+
+
+def test_one_seed_table_claims_no_ordering():
+    per_seed = _per_seed()
+    per_seed = per_seed[per_seed["seed"] == 0]
+    summary = summarise(per_seed, ["precision_at_1", "mean_average_precision_at_r"])
+    for text in ("\n".join(main_table.markdown(summary, _params([0]), NAMES)),
+                 main_table.latex(summary, _params([0]), NAMES)):
+        assert main_table.ONE_SEED in text
+        cells = text.split("Method", 1)[1]  # the caption is bold; no cell is
+        assert "**" not in cells and "textbf" not in cells
+
+
+def test_reference_rows_sit_beneath_the_methods_with_their_footnote_and_are_never_bold():
+    per_seed = _per_seed()
+    frozen = per_seed[per_seed["method"] == "prism"].assign(method="frozen", precision_at_1=0.99)
+    summary = summarise(pd.concat([per_seed, frozen]), ["precision_at_1", "mean_average_precision_at_r"])
+    params = _params([0, 1, 2])
+    params["grid"]["methods"] = ["ms", "frozen", "prism"]
+    params["report"]["reference_rows"] = {"frozen": "the pretrained backbone's numbers"}
+    lines = main_table.markdown(summary, params, NAMES)
+    rows = [line.split(" |")[0] for line in lines if line.startswith("| ")]
+    assert rows == ["| Method", "| MS", "| prism", "| MS on kept_1 & 50% (n = 1)", "| *for reference, not a method:*",
+                    "| frozen"]
+    assert "| frozen | 99.00 ± 0.00 |" in "\n".join(lines)  # the best mean, not bold: not a method
+    assert "- frozen: the pretrained backbone's numbers" in lines
+    assert main_table.method_rows(params) == ["ms", "prism", "ms_on_prism_kept"]
+
+
+def test_claimed_orderings_are_paired_per_seed_with_a_verdict():
+    from noisydml.reporting import orderings
+    from noisydml.studies.base import Claim
+
+    table = orderings.paired(_per_seed(), [("prism", Claim("prism", "ms", "PRISM above MS"))], "precision_at_1",
+                             NAMES, str.upper)
+    row = table.iloc[0]
+    assert row["differences"] == pytest.approx([30.0, 30.0, 30.0]) and row["agree"] == 3
+    assert row["verdict"] == orderings.HOLDS and row["noise_name"] == "50% symmetric"
+    text = "\n".join(orderings.section(table, "precision_at_1"))
+    assert "| prism | PRISM above MS | PRISM vs MS | glyphs | 50% symmetric | +30.00, +30.00, +30.00 | +30.00 ± 0.00 | " \
+           "3 of 3 | holds |" in text
+    one = orderings.paired(_per_seed()[lambda d: d["seed"] == 0], [("prism", Claim("prism", "ms", "x"))],
+                           "precision_at_1", NAMES, str)
+    text = "\n".join(orderings.section(one, "precision_at_1"))
+    assert orderings.ONE_SEED in text and "| holds |" not in text
+    assert orderings.verdict([1.0, -0.5, 2.0]) == orderings.OPEN
+    assert orderings.verdict([-3.0, -2.5, -2.0]) == orderings.REVERSED
+    assert orderings.to_csv_rows(table)["differences"].iloc[0] == "30.0000;30.0000;30.0000"
+
+
+def test_figure_colours_one_per_run_everywhere_and_lines_only_over_three_rates(tmp_path, monkeypatch):
+    from noisydml.reporting import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path, vector=False: drawn.append(fig))
+    rows = []
+    for method in ("a", "b"):
+        for kind, rates in (("symmetric", (0.0, 0.5)), ("small_cluster", (0.0, 0.25, 0.5))):
+            rows += [{"dataset": "glyphs", "method": method, "noise_kind": "none" if r == 0 else kind,
+                      "noise_rate": r, "seeds": 1, "precision_at_1": 0.5, "precision_at_1_std": np.nan} for r in rates]
+    points = pd.DataFrame(rows).drop_duplicates(["method", "noise_kind", "noise_rate"])
+    figures.plot_metric_vs_noise(points, "precision_at_1", tmp_path / "x.png", {"one": ["a"], "two": ["b"]}, {},
+                                 "P@1")
+    axes = drawn[0].axes
+    colours = {}
+    for ax in axes:
+        for container in ax.containers:
+            line = container.lines[0]
+            colours.setdefault(container.get_label(), set()).add(line.get_color() if isinstance(line.get_color(), str)
+                                                                  else tuple(line.get_color()))
+            joined = line.get_linestyle() != "None"
+            assert joined == ("small-cluster" in ax.get_title() or "small_cluster" in ax.get_title()), ax.get_title()
+    assert set(colours) == {"a", "b"} and all(len(c) == 1 for c in colours.values())  # one colour per run
+    assert colours["a"] != colours["b"]
+    assert "one seed: no ordering is claimed" in drawn[0]._suptitle.get_text()
 
 
 def _balanced(text: str) -> bool:
@@ -64,15 +162,17 @@ def _balanced(text: str) -> bool:
 def test_latex_table_is_balanced_escaped_and_one_tabular_per_dataset():
     summary = summarise(_per_seed(), ["precision_at_1", "mean_average_precision_at_r"])
     params = _params([0, 1, 2])
-    text = main_table.latex(summary, params)
+    text = main_table.latex(summary, params, NAMES)
     assert _balanced(text)
     assert text.count("\\begin{tabular}") == text.count("\\end{tabular}") == 1
-    assert "MS on kept\\_1 \\& 50\\%" in text and "\\textbf{90.0}" in text
-    assert "30.0 $\\pm$ 10.0" in text and "\\multicolumn{2}{c}{sym50}" in text
+    assert "MS on kept\\_1 \\& 50\\% (n = 1)" in text and "90.00" in text and "\\textbf" not in text
+    assert "30.00 $\\pm$ 10.00" in text and "\\multicolumn{2}{c}{50\\% symmetric}" in text
     header = next(line for line in text.splitlines() if line.startswith("\\begin{tabular}"))
     assert header == "\\begin{tabular}{lrrrr}"
-    for row in (line for line in text.splitlines() if line.endswith("\\\\") and "multicolumn" not in line):
+    for row in (line for line in text.splitlines() if line.endswith("\\\\") and "multicolumn" not in line
+                and not line.startswith("\\par")):
         assert row.count(" & ") == 4  # every row fills every column
+    assert "--: not run" in text
 
 
 def test_selection_summary_averages_final_scores_of_selecting_runs_only():

@@ -205,25 +205,6 @@ TIMING_ENTRY_SCHEMA = {
     "method": Field(str),
     "hparams": Field(dict, {}),
 }
-#: ``report.settings_of``: the papers whose settings a profile can train under, or none (ours).
-SETTINGS_OF = ("none", "prism", "sgps", "bspml")
-REPORT_SCHEMA = {
-    "metrics": Field(list, ["precision_at_1", "mean_average_precision_at_r"], item_type=str),
-    "settings_of": Field(str, "none", choices=SETTINGS_OF,
-                         help="whose paper's settings this experiment's runs were trained under (a paper profile sets "
-                              "it; a tag the report reads, so relabelling retrains nothing): a paper's cell is "
-                              "filled only by a run with the tag of the paper whose number the cell holds "
-                              "(references/papers/*.csv settings_of); other runs of its method show in a row of "
-                              "their own. none: the default grid's settings (ours), which fill no paper cell"),
-    "rehearsal": Field(bool, False, help="ours: true = a rehearsal (scripts/paper_profile.py rehearse: miniature "
-                                         "data, random weights); the report says its numbers mean nothing"),
-    "labels": Field(dict, {}, help="ours: run name -> its row label in tables and figures (the papers' naming); "
-                                   "runs not listed show their name"),
-    "panels": Field(dict, {}, help="ours: figure panel title -> run names (at most 8 lines are drawn per panel, a "
-                                   "longer one is split); runs in none are drawn in a panel 'other'"),
-}
-
-
 def noises_of(grid: Mapping) -> list[str]:
     """Every noise setting the grid trains on: ``grid.noises`` then ``grid.run_noises``."""
     return list(grid["noises"]) + list(grid.get("run_noises", []))
@@ -473,17 +454,6 @@ def _check_runtime(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> d
     return runtime
 
 
-def _check_report(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
-    """``report``; that its metrics are metrics the evaluate stage computes is checked by the report stage and by
-    :mod:`noisydml.pipeline.check` (it depends on ``evaluate.recall_at``)."""
-    report = check_section(section, REPORT_SCHEMA, "report")
-    for run, label in report["labels"].items():
-        _check_value(label, Field(str), f"report.labels.{run}")
-    for panel, runs in report["panels"].items():
-        _check_value(runs, Field(list, item_type=str), f"report.panels.{panel}")
-    return report
-
-
 def _check_grid(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
     """``grid``: every name must be defined in its section of the file (the sections themselves are validated by
     the stages that load them)."""
@@ -532,7 +502,6 @@ SECTION_CHECKS: dict[str, SectionCheck] = {
     "train": SectionCheck(_check_train, needs=("weights", "runtime")),
     "pretrain": SectionCheck(_check_pretrain),
     "tracking": SectionCheck(lambda s, p, raw: check_section(s, TRACKING_SCHEMA, "tracking")),
-    "report": SectionCheck(_check_report),
     "grid": SectionCheck(_check_grid),
     "noise_runs": SectionCheck(_check_noise_runs, needs=("grid", "noise")),
     "chains": SectionCheck(_check_chains, needs=("grid", "train")),

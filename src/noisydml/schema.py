@@ -265,7 +265,8 @@ class SectionCheck:
 SECTION_OWNERS: dict[str, str] = {
     **{name: "noisydml.config" for name in (
         "method_sets", "grid", "datasets", "noise", "noise_runs", "pretrain", "weights", "train", "runtime",
-        "methods", "chains", "tracking", "report", "timing", "figures")},
+        "methods", "chains", "tracking", "timing", "figures")},
+    "report": "noisydml.pipeline.report_params",  # the report stage's alone: a report key re-runs no training
     "evaluate": "noisydml.evaluation",
     "tuning": "noisydml.tuning",
     "tuned_runs": "noisydml.runs",  # a view of tuning: the keys that name the tuned runs

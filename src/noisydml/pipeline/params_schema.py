@@ -19,6 +19,7 @@ from noisydml import config
 from noisydml.data.registry import DATASET_KINDS
 from noisydml.evaluation import EVALUATE_SCHEMA
 from noisydml.methods import load_spec, method_names
+from noisydml.pipeline import report_params
 from noisydml.noise import FEATURES_SCHEMA, NOISE_KINDS
 from noisydml.runtime import RUNTIME_SCHEMA
 from noisydml.schema import Field, section_model
@@ -101,7 +102,7 @@ def params_json_schema() -> dict[str, Any]:
         "chains": _named(chain, "stage key -> chained run"),
         "evaluate": _section(EVALUATE_SCHEMA, "evaluate"),
         "tracking": _section(config.TRACKING_SCHEMA, "tracking"),
-        "report": _section(config.REPORT_SCHEMA, "report"),
+        "report": _section(report_params.REPORT_SCHEMA, "report"),
         "timing": _section(config.TIMING_SCHEMA, "timing", {
             "entries": _named(_section(config.TIMING_ENTRY_SCHEMA, "timing entry"), "label -> timed run")}),
         "tuning": _section(tuning.TUNING_SCHEMA, "tuning", {

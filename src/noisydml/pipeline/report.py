@@ -16,13 +16,15 @@ from noisydml import io
 from noisydml.evaluation import metric_names
 from noisydml.numerics import host_fingerprint
 from noisydml.pipeline.layout import HOST_RECORD, Layout
-from noisydml.reporting import main_table
-from noisydml.reporting.figures import plot_metric_vs_noise, plot_selection
-from noisydml.reporting.plots import plot_noise_per_class, plot_weight_histograms
-from noisydml.reporting.references import load_references, reference_section
+from noisydml.reporting import main_table, orderings
+from noisydml.reporting.figures import plot_metric_vs_noise, plot_selection, run_styles
+from noisydml.reporting.names import noise_name
+from noisydml.reporting.plots import FIGURES, plot_noise_per_class, plot_weight_histograms
+from noisydml.reporting.references import REAL_NOISE_KINDS, load_references, reference_section
 from noisydml.reporting.tables import (
-    BEST_ON_TEST, _chain_line, cluster_size_table, collect, noise_stats, noise_table, plot_series, selection_summary,
-    summarise, timing_results, timing_table, weight_summary,
+    BEST_ON_TEST, SELECTION_COLUMNS, _chain_line, cluster_size_table, collect, noise_markdown, noise_stats,
+    noise_table, plot_series, selection_summary, shares_markdown, summarise, timing_results, timing_table,
+    weight_summary,
 )
 from noisydml.config import noises_of
 from noisydml.runs import TUNED_SUFFIX, chain_tunings_of, find_chain, runs_of, tunings_of
@@ -96,6 +98,12 @@ def tuning_lines(params: dict, layout: Layout) -> list[str]:
             "trains from the grid's upstream.", "", pd.DataFrame(rows).to_markdown(index=False), ""]
 
 
+def _setting(column: str, noise_names: dict[tuple[str, str], str]) -> str:
+    """``glyphs / sc50`` (a table's column of ids) -> ``glyphs, 50% small-cluster``."""
+    dataset, noise = column.split(" / ")
+    return f"{dataset}, {noise_names.get((dataset, noise), noise)}"
+
+
 def write_report(params: dict, layout: Layout) -> Path:
     out = layout.reports
     stats = noise_stats(params, layout)
@@ -116,41 +124,56 @@ def write_report(params: dict, layout: Layout) -> Path:
     timing = timing_results(params, layout)
     times = timing_table(timing)
     clusters = cluster_size_table(stats)
-    per_class = {f"{d}/{n}": pd.read_csv(layout.noisy(d, n) / "per_class.csv")
-                 for d in params["grid"]["datasets"] for n in noises_of(params["grid"])}
-    nominal = {f"{r.dataset}/{r.noise}": r.nominal_rate for r in noise.itertuples()}
+
     references = load_references(layout.root / "references" / "papers")
 
-    chains = [_chain_line(c) for c in params["chains"].values()]
+    noise_names = {(d, n): noise_name(stats[d, n], params["datasets"][d]["kind"] in REAL_NOISE_KINDS)
+                   for d, n in stats}
+    labels, groups = params["report"]["labels"], params["report"]["panels"]
+    figures = out / FIGURES
+    chains = [_chain_line(c, labels, noise_names) for c in params["chains"].values()]
+    claims = [(study.title, claim) for study in studies.values() for claim in study.claims]
+    ordering = orderings.paired(per_seed, claims, "precision_at_1", noise_names, lambda r: main_table.label(r, params))
     md = ["# Results", ""]
     if params["report"]["rehearsal"]:
         md += [f"> **Rehearsal**: {REHEARSAL_NOTE}", ""]
-    md += main_table.markdown(summary, params)
+    md += main_table.markdown(summary, params, noise_names)
     if chains:
         md += ["Chained runs (params.yaml `chains`; each is a DVC stage that depends on its upstream run):", "",
                *chains, ""]
     md += tuning_lines(params, layout)
-    md += ["![P@1 against noise rate](p_at_1_vs_noise.png)", "",
-           "## Noise settings", "",
+    md += [f"![P@1 against the noise rate]({FIGURES}/p_at_1_vs_noise.png)", ""]
+    md += orderings.section(ordering, "precision_at_1")
+    md += ["## Noise settings", "",
            "What each setting did to the training labels. Flip rate: share of a class's own images "
            "relabelled; impurity: share of a kept training label's samples that are not of that class.", "",
-           noise.to_markdown(index=False), ""]
+           noise_markdown(noise, noise_names), ""]
     if clusters is not None:
         md += ["### Moved clusters (small-cluster noise): number of clusters of each size", "",
-               clusters.to_markdown(), ""]
-    md += ["![Per-class noise](noise_per_class.png)", ""]
-    md += ["## Sample selection", "",
-           "Methods that select samples: at the final epoch, the share of kept samples that are truly "
-           "clean (precision) and of truly clean samples that are kept (recall), from the corrupt stage's "
-           "ground truth, mean over seeds. A selection no better than chance has precision = clean fraction.", ""]
-    md += [selection.round(4).to_markdown(index=False) if not selection.empty else "(no run in the grid selects samples)",
-           "", "![Selection over training](selection_over_training.png)", ""]
+               clusters.rename(columns=lambda c: _setting(c, noise_names)).to_markdown(), ""]
+    md += [f"![Per-class noise]({FIGURES}/noise_per_class.png)", ""]
+    md += ["## Sample selection", ""]
+    if selection.empty:
+        md += ["No run of the grid selects samples.", ""]
+    else:
+        md += ["Methods that select samples: at the final epoch, the share of kept samples that are truly clean "
+               "(precision) and of truly clean samples that are kept (recall), in %, from the corrupt stage's ground "
+               "truth, mean over seeds. A selection no better than chance has precision = the clean labels' share.",
+               "", shares_markdown(selection, ["clean_fraction", *[f"final_{c}" for c in SELECTION_COLUMNS]], labels,
+                                   noise_names), "",
+               f"![Selection over training]({FIGURES}/selection_over_training.png)", ""]
     weights = weight_summary(per_seed)
-    md += ["## Sample weights", "",
-           "Methods that weight samples: the final mean weight of truly clean and truly noisy training "
-           "samples (ground truth the method never sees), mean over seeds, and their histograms.", "",
-           weights.round(4).to_markdown(index=False) if not weights.empty else "(no run in the grid weights samples)",
-           "", "![Weights of clean and noisy samples](weights_clean_noisy.png)", ""]
+    md += ["## Sample weights", ""]
+    if weights.empty:
+        md += ["No run of the grid weights samples.", ""]
+    else:
+        md += ["Methods that weight samples: the final mean weight of truly clean and truly noisy training samples "
+               "(ground truth the method never sees), mean over seeds, and their histograms.", "",
+               shares_markdown(weights.rename(columns={"mean weight, clean": "final_diag_weight_clean",
+                                                       "mean weight, noisy": "final_diag_weight_noisy"}),
+                               ["final_diag_weight_clean", "final_diag_weight_noisy"], labels, noise_names, digits=3,
+                               as_percent=False), "",
+               f"![Weights of clean and noisy samples]({FIGURES}/weights_clean_noisy.png)", ""]
     for name, study in studies.items():
         runs = {r.name: r for r in own[name]}
         mine = study_rows[study_rows["method"].isin(runs)] if not study_rows.empty else study_rows
@@ -158,12 +181,12 @@ def write_report(params: dict, layout: Layout) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         md += study.report(ReportContext(params=params, sections=sections[name], per_seed=per_seed, summary=summary,
                                          own_runs=mine, runs=runs, references=references, timing=timing,
-                                         out=folder))
+                                         out=folder, figures=figures, noise_names=noise_names))
     references_md, status = reference_section(references, summary, params, stats)
     md += references_md
     md += ["## Training time", ""]
     if times.empty:
-        md += ["(opt-in: list methods under `timing.entries` in params.yaml to time them; see the README)", ""]
+        md += ["Not timed: list methods under `timing.entries` in params.yaml (its comment shows how).", ""]
     else:
         md += [f"Seconds per epoch on the same data (`timing` in params.yaml: {params['timing']['epochs']} epochs "
                "each, the first not counted); the studies' sections put the papers' times beside them.", "",
@@ -174,18 +197,29 @@ def write_report(params: dict, layout: Layout) -> Path:
                + ", ".join(f"{r.dataset}/{r.noise}/{r.method}/seed{r.seed}" for r in inexact.itertuples())
                + f": `evaluate.max_k` ({params['evaluate']['max_k']}) is below the largest test class - 1.", ""]
     io.write_text(out / "results.md", "\n".join(md))
-    io.write_text(out / "results.tex", main_table.latex(summary, params))
+    io.write_text(out / "results.tex", main_table.latex(summary, params, noise_names))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
     # per-epoch curves live in metrics/*.json
     flat = every_run.drop(columns=[c for c in every_run.columns if c.startswith(("diag_", "histogram_", "curve_"))])
     io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
-    labels, groups = params["report"]["labels"], params["report"]["panels"]
-    plot_metric_vs_noise(plot_series(summary), "precision_at_1", out / "p_at_1_vs_noise.png", groups, labels,
-                         main_table.metric_head("precision_at_1"))
-    plot_noise_per_class(per_class, nominal, out / "noise_per_class.png", vector=True)
-    plot_selection(per_seed, out / "selection_over_training.png", labels)
-    plot_weight_histograms(per_seed, out / "weights_clean_noisy.png", vector=True, labels=labels)
+    shown = plot_series(summary)
+    shown = shown[~shown["method"].isin(main_table.reference_rows(params))]  # not methods: no panel
+    styles = run_styles(main_table.row_names(params))  # one colour per run in every figure
+    plot_metric_vs_noise(shown, "precision_at_1", figures / "p_at_1_vs_noise.png", groups, labels,
+                         main_table.metric_head("precision_at_1"), styles=styles)
+    panel = {(d, n): f"{d}, {noise_names[d, n]}" for d, n in stats}
+    per_class = {panel[d, n]: pd.read_csv(layout.noisy(d, n) / "per_class.csv")
+                 for d in params["grid"]["datasets"] for n in noises_of(params["grid"])}
+    nominal = {panel[r.dataset, r.noise]: r.nominal_rate for r in noise.itertuples()}
+    plot_noise_per_class(per_class, nominal, figures / "noise_per_class.png", vector=True)
+    if not selection.empty:
+        plot_selection(per_seed, figures / "selection_over_training.png", labels, styles, noise_names)
+    if not weights.empty:
+        plot_weight_histograms(per_seed, figures / "weights_clean_noisy.png", vector=True, labels=labels,
+                               noise_names=noise_names)
+    io.write_with(out / "orderings.csv", lambda p: orderings.to_csv_rows(ordering).to_csv(p, index=False,
+                                                                                         float_format="%.6f"))
     io.write_with(out / "selection.csv", lambda p: selection.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "paper_status.csv", lambda p: status.to_csv(p, index=False))
     io.write_with(out / "training_time.csv", lambda p: times.to_csv(p, index=False))

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from noisydml.reporting.names import NOISE_MODELS
 from noisydml.reporting.plots import _save, plt
 
 #: Lines one panel draws at most: more, and colours repeat and the legend hides the data.
@@ -48,26 +49,57 @@ def _row_legend(axes) -> None:
                         frameon=False)
 
 
+#: Points of one x (noise rate) spread side by side over this share of the rate axis, so error bars do not overlap.
+DODGE = 0.03
+#: A run's line is drawn only through at least this many measured rates; with fewer, its points stand alone (a line
+#: between two rates would draw a curve nobody measured).
+LINE_FROM = 3
+
+
+def run_styles(runs: list[str]) -> dict[str, dict]:
+    """One colour (and marker) per run, the same in every panel and figure: tab10's colours, then tab20's light
+    ones, each round of 20 with its own marker."""
+    palette = [plt.get_cmap("tab10")(i) for i in range(10)] + [plt.get_cmap("tab20")(2 * i + 1) for i in range(10)]
+    markers = "osD^v<>ph*"
+    return {run: {"color": palette[i % len(palette)], "marker": markers[(i // len(palette)) % len(markers)]}
+            for i, run in enumerate(runs)}
+
+
 def plot_metric_vs_noise(points: pd.DataFrame, metric: str, path: Path, groups: dict[str, list[str]],
-                         labels: dict[str, str], head: str) -> None:
-    """``metric`` (%, called ``head``) against the noise rate, mean ± sample sd over seeds as error bars: one row of
-    panels per (dataset, group of runs: :func:`panels`), one column per noise kind, one line per run (a run at a
-    single rate, such as a chained run, is a point), the row's legend outside its last panel.
+                         labels: dict[str, str], head: str, kind_names: dict[str, str] | None = None,
+                         styles: dict[str, dict] | None = None) -> None:
+    """``metric`` (%, called ``head``) against the noise rate (%), mean ± sample sd over seeds as error bars: one row
+    of panels per (dataset, group of runs: :func:`panels`), one column per noise kind, one colour per run across
+    every panel (:func:`run_styles`), the row's legend outside its last panel. A run's points are joined by a line
+    only where at least :data:`LINE_FROM` rates were measured; the points of one rate sit side by side
+    (:data:`DODGE`).
 
     ``points`` has columns dataset, method, noise_kind, noise_rate, seeds, ``metric`` and ``metric``_std. Clean
-    labels (kind ``none``) are the rate-0 point of every kind's line.
+    labels (kind ``none``) are the rate-0 point of every kind's line. ``kind_names``: noise kind -> its name;
+    ``styles``: run -> colour and marker (:func:`run_styles` of the report's rows, so that every figure agrees).
     """
+    kind_names = kind_names or NOISE_MODELS
     layout = []  # (dataset, panel title, runs)
     for dataset in dict.fromkeys(points["dataset"]):
         rows = points[points["dataset"] == dataset]
         layout += [(dataset, title, runs) for title, runs in panels(list(dict.fromkeys(rows["method"])), groups)
                    if runs]
+    styles = styles or run_styles(list(dict.fromkeys(points["method"])))
     kinds = [k for k in dict.fromkeys(points["noise_kind"]) if k != "none"] or ["none"]
     fig, axes = plt.subplots(len(layout), len(kinds), figsize=(4.2 * len(kinds) + 2.8, 3.0 * len(layout)),
                              squeeze=False, sharey="row", layout="constrained")
-    seeds = int(points["seeds"].max()) if "seeds" in points and len(points) else 1
-    span = (points["noise_rate"].min(), points["noise_rate"].max())
-    pad = 0.05 * max(span[1] - span[0], 0.1)
+    seeds = sorted(set(points["seeds"].astype(int))) if "seeds" in points and len(points) else [1]
+    # with no run measured at LINE_FROM rates or more, the measured rates are categories (a dot plot): a numeric
+    # axis would be empty between them and suggest a curve
+    curves = bool((points.groupby(["dataset", "method", "noise_kind"])["noise_rate"].nunique() >= LINE_FROM).any())
+    rates = sorted(points["noise_rate"].unique())
+    if curves:
+        position = {r: 100 * r for r in rates}
+        width = max(100 * (rates[-1] - rates[0]), 10.0)
+        spread, pad = DODGE * width, 0.06 * width
+    else:
+        position = {r: float(i) for i, r in enumerate(rates)}
+        width, spread, pad = 1.0, 0.6, 0.5
     for (dataset, title, runs), row_axes in zip(layout, axes):
         rows = points[points["dataset"] == dataset]
         for ax, kind in zip(row_axes, kinds):
@@ -77,30 +109,41 @@ def plot_metric_vs_noise(points: pd.DataFrame, metric: str, path: Path, groups: 
                 if line.empty:
                     continue
                 sd = line.get(f"{metric}_std")
-                ax.errorbar(line["noise_rate"], 100 * line[metric], yerr=None if sd is None else 100 * sd.fillna(0),
-                            fmt="o-", markersize=4, capsize=3, color=f"C{i}", label=labels.get(run, run))
+                shift = (i - (len(runs) - 1) / 2) * spread / max(len(runs) - 1, 1)
+                joined = line["noise_rate"].nunique() >= LINE_FROM
+                ax.errorbar([position[r] + shift for r in line["noise_rate"]], 100 * line[metric],
+                            yerr=None if sd is None else 100 * sd.fillna(0), linestyle="-" if joined else "none",
+                            markersize=4, capsize=3, label=labels.get(run, run), **styles[run])
                 drawn += 1
-            ax.set_title(f"{dataset}, {title}" + (f": {kind} noise" if kind != "none" else ""), fontsize=9)
-            ax.set_xlim(span[0] - pad, span[1] + pad)
-            ax.set_xlabel("noise rate")
+            name = kind_names.get(kind, kind.replace("_", " "))
+            ax.set_title(f"{dataset}, {title}" + (f": {name} noise" if kind != "none" else ""), fontsize=9)
+            lo, hi = position[rates[0]], position[rates[-1]]
+            ax.set_xlim(lo - pad, hi + pad)
+            if not curves:
+                ax.set_xticks([position[r] for r in rates], [f"{100 * r:g}%" for r in rates])
+            ax.set_xlabel("noise rate" + (" (%)" if curves else ""))
             ax.grid(alpha=0.3)
             if not drawn:
-                ax.text(0.5, 0.5, f"no run of this panel\nunder {kind} noise", ha="center", va="center",
+                ax.text(0.5, 0.5, f"no run of this panel\nunder {name} noise", ha="center", va="center",
                         transform=ax.transAxes, fontsize=8, color="grey")
         row_axes[0].set_ylabel(f"{head} (%)")
         _row_legend(row_axes)
-    spread = f"sample sd over {seeds} seeds" if seeds > 1 else "none (one seed)"
-    fig.suptitle(f"{head} against the noise rate; error bars: {spread}", fontsize=10)
+    n = "/".join(map(str, seeds))
+    spread_text = f"sample sd over n = {n} seeds" if seeds != [1] else "none (one seed: no ordering is claimed)"
+    joins = (f"lines join runs measured at {LINE_FROM} or more rates" if curves
+             else "points at the measured rates only, side by side (no curve between two rates)")
+    fig.suptitle(f"{head} against the noise rate\nerror bars: {spread_text}; {joins}", fontsize=10)
     _save(fig, path, vector=True)
 
 
-def plot_selection(per_seed: pd.DataFrame, path: Path, labels: dict[str, str] | None = None) -> None:
+def plot_selection(per_seed: pd.DataFrame, path: Path, labels: dict[str, str] | None = None,
+                   styles: dict[str, dict] | None = None, noise_names: dict[str, str] | None = None) -> None:
     """Selection precision (solid) and recall (dashed) per epoch, mean over seeds: one panel per (dataset, noise
     setting), one colour per run (at most :data:`MAX_LINES` runs a panel), the legend outside; dotted: the clean
     fraction of the labels (what a selection no better than chance reaches)."""
     from matplotlib.lines import Line2D
 
-    labels = labels or {}
+    labels, noise_names = labels or {}, noise_names or {}
     rows = per_seed.dropna(subset=["diag_selection_precision"]) if "diag_selection_precision" in per_seed else per_seed.iloc[:0]
     settings = []  # (dataset, noise, runs of one panel)
     for (dataset, noise), group in rows.groupby(["dataset", "noise"], sort=False):
@@ -110,22 +153,24 @@ def plot_selection(per_seed: pd.DataFrame, path: Path, labels: dict[str, str] | 
     if not settings:
         axes[0, 0].text(0.5, 0.5, "no run in the grid selects samples", ha="center", va="center")
         axes[0, 0].set_axis_off()
+    styles = styles or run_styles(list(dict.fromkeys(rows["method"])))
     for ax, (dataset, noise, runs) in zip(axes[0], settings):
         group = rows[(rows["dataset"] == dataset) & (rows["noise"] == noise)]
-        for i, run in enumerate(runs):
+        for run in runs:
             of_run = group[group["method"] == run]
             for column, style in (("diag_selection_precision", "-"), ("diag_selection_recall", "--")):
                 curves = np.array([[np.nan if v is None else v for v in c] for c in of_run[column]], dtype=float)
                 mean = np.nanmean(curves, axis=0)
-                ax.plot(np.arange(1, len(mean) + 1), mean, style, color=f"C{i}", marker="o", markersize=3,
+                ax.plot(np.arange(1, len(mean) + 1), 100 * mean, style, color=styles[run]["color"],
+                        marker=styles[run]["marker"], markersize=3,
                         label=labels.get(run, run) if style == "-" else None)
-        ax.axhline(1 - group["actual_noise_rate"].iloc[0], color="k", linestyle=":", linewidth=1)
-        ax.set_title(f"{dataset} / {noise}", fontsize=9)
+        ax.axhline(100 * (1 - group["actual_noise_rate"].iloc[0]), color="k", linestyle=":", linewidth=1)
+        ax.set_title(f"{dataset}, {noise_names.get((dataset, noise), noise)}", fontsize=9)
         ax.set_xlabel("epoch")
-        ax.set_ylim(0, 1.02)
+        ax.set_ylim(0, 102)
         ax.grid(alpha=0.3)
     if settings:
-        axes[0, 0].set_ylabel("share of samples")
+        axes[0, 0].set_ylabel("share of samples (%)")
         handles, names = _unique_handles(axes[0])
         handles += [Line2D([], [], color="grey", linestyle="-"), Line2D([], [], color="grey", linestyle="--"),
                     Line2D([], [], color="k", linestyle=":")]

@@ -12,14 +12,27 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
+#: The report's figures folder (a DVC plots folder: DVC renders every file in it, and a PDF is no plot) and the
+#: folder beside it that holds their PDFs.
+FIGURES, PDFS = "figures", "pdf"
+
+
+def pdf_path(png: Path) -> Path:
+    """Where the PDF of figure ``png`` goes: ``reports/pdf/<name>.pdf`` for a figure of ``reports/figures/``,
+    beside the PNG otherwise."""
+    if png.parent.name == FIGURES:
+        return png.parent.parent / PDFS / png.with_suffix(".pdf").name
+    return png.with_suffix(".pdf")
+
+
 def _save(fig, path: Path, vector: bool = False) -> None:
-    """``path`` (PNG); with ``vector``, the same figure as PDF beside it (``.pdf``, for a paper), without the
+    """``path`` (PNG); with ``vector``, the same figure as PDF (:func:`pdf_path`, for a paper), without the
     creation date so that the same figure gives the same bytes."""
     from noisydml import io
 
     io.write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"))
     if vector:
-        io.write_with(path.with_suffix(".pdf"), lambda tmp: fig.savefig(
+        io.write_with(pdf_path(path), lambda tmp: fig.savefig(
             tmp, format="pdf", bbox_inches="tight", metadata={"CreationDate": None, "ModDate": None}))
     plt.close(fig)
 
@@ -52,7 +65,8 @@ def plot_noise_per_class(tables: dict[str, pd.DataFrame], nominal: dict[str, flo
     """Per noise setting: histograms over classes of the impurity (share of a training label's samples
     that are not of that class) and of the flip-out rate (share of a class's own images relabelled).
 
-    ``tables`` maps a title (``dataset/noise``) to its ``per_class.csv``.
+    ``tables`` maps a panel's title (the dataset and the setting's name) to its ``per_class.csv``, ``nominal`` the
+    same titles to the nominal rate (a share; drawn in %).
     """
     import numpy as np
 
@@ -60,15 +74,15 @@ def plot_noise_per_class(tables: dict[str, pd.DataFrame], nominal: dict[str, flo
     cols = min(n, 3)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols + 1.6, 3.2 * rows), squeeze=False, layout="constrained")
-    bins = np.linspace(0, 1, 21)
+    bins = np.linspace(0, 100, 21)
     for ax, (title, table) in zip(axes.ravel(), tables.items()):
-        impurity = table.loc[table["label"] >= 0, "impurity"].dropna()
-        flip_out = table.loc[table["images"] > 0, "flip_out_rate"].dropna()
+        impurity = 100 * table.loc[table["label"] >= 0, "impurity"].dropna()
+        flip_out = 100 * table.loc[table["images"] > 0, "flip_out_rate"].dropna()
         ax.hist(impurity, bins=bins, alpha=0.6, label="impurity of a kept label")
         ax.hist(flip_out, bins=bins, histtype="step", linewidth=1.5, label="flip-out rate of a class")
-        ax.axvline(nominal[title], color="k", linestyle=":", linewidth=1, label="nominal rate")
+        ax.axvline(100 * nominal[title], color="k", linestyle=":", linewidth=1, label="nominal rate")
         ax.set_title(f"{title} ({len(impurity)} of {len(flip_out)} classes kept)", fontsize=9)
-        ax.set_xlabel("share of wrong labels")
+        ax.set_xlabel("wrong labels (%)")
         ax.set_ylabel("classes")
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
@@ -79,11 +93,12 @@ def plot_noise_per_class(tables: dict[str, pd.DataFrame], nominal: dict[str, flo
 
 def plot_weight_histograms(per_seed: pd.DataFrame, path: Path, column: str = "histogram_weights",
                            xlabel: str = "final weight", empty: str = "no run in the grid weights samples",
-                           vector: bool = False, labels: dict[str, str] | None = None) -> None:
+                           vector: bool = False, labels: dict[str, str] | None = None,
+                           noise_names: dict[tuple[str, str], str] | None = None) -> None:
     """Final sample weights (or another per-sample decision's ``histogram_*``) of truly clean vs truly noisy
     samples, the seeds' histograms added up (the trainer's, from ground truth): one row of panels per run, one
     column per (dataset, noise setting), one legend outside."""
-    labels = labels or {}
+    labels, noise_names = labels or {}, noise_names or {}
     rows = per_seed.dropna(subset=[column]) if column in per_seed else per_seed.iloc[:0]
     runs = list(dict.fromkeys(rows["method"])) if not rows.empty else []
     settings = list(dict.fromkeys(zip(rows["dataset"], rows["noise"]))) if not rows.empty else []
@@ -96,20 +111,20 @@ def plot_weight_histograms(per_seed: pd.DataFrame, path: Path, column: str = "hi
         for c, (dataset, noise) in enumerate(settings):
             ax = axes[r, c]
             group = rows[(rows["method"] == run) & (rows["dataset"] == dataset) & (rows["noise"] == noise)]
-            ax.set_title(f"{labels.get(run, run)} · {dataset}/{noise}", fontsize=8)
+            ax.set_title(f"{labels.get(run, run)}\n{dataset}, {noise_names.get((dataset, noise), noise)}", fontsize=8)
             if group.empty:
                 ax.set_axis_off()
                 continue
             edges = np.asarray(group[column].iloc[0]["edges"])
             for kind, colour in (("clean", "C0"), ("noisy", "C3")):
                 counts = np.sum([h[kind] for h in group[column]], axis=0).astype(float)
-                share = counts / counts.sum() if counts.sum() else counts
+                share = 100 * counts / counts.sum() if counts.sum() else counts
                 ax.bar(edges[:-1], share, width=np.diff(edges), align="edge", alpha=0.55, color=colour,
                        label=f"truly {kind} samples")
             if r == len(runs) - 1:
                 ax.set_xlabel(xlabel, fontsize=8)
             if c == 0:
-                ax.set_ylabel("share of the group", fontsize=8)
+                ax.set_ylabel("share of the group (%)", fontsize=8)
     if runs:
         handles, names = next((ax.get_legend_handles_labels() for ax in axes.ravel() if ax.get_legend_handles_labels()[0]),
                               ([], []))
@@ -169,8 +184,9 @@ def plot_embedding_size(table: pd.DataFrame, title: str, path: Path, empty: str 
 
 def plot_training_curves(per_seed: pd.DataFrame, path: Path, methods: tuple[str, ...], solid: tuple[str, ...] = (),
                          title: str = "", empty: str = "no such run in the grid", vector: bool = False,
-                         labels: dict[str, str] | None = None) -> None:
-    """Test P@1 and MAP@R over training (monitoring passes every ``train.eval_every`` epochs), mean over seeds,
+                         labels: dict[str, str] | None = None,
+                         noise_names: dict[tuple[str, str], str] | None = None) -> None:
+    """Test P@1 and MAP@R (%) over training (monitoring passes every ``train.eval_every`` epochs), mean over seeds,
     one line per (method, noise) of ``methods``: solid for the names starting with one of ``solid``, dashed else."""
     import numpy as np
 
@@ -187,10 +203,12 @@ def plot_training_curves(per_seed: pd.DataFrame, path: Path, methods: tuple[str,
             mean = np.nanmean(curves, axis=0)
             epochs = np.arange(1, len(mean) + 1)
             shown = np.isfinite(mean)
-            ax.plot(epochs[shown], mean[shown], marker="o", markersize=3, color=f"C{i % 10}",
-                    linestyle="-" if method.startswith(solid) else "--", label=f"{(labels or {}).get(method, method)} · {dataset}/{noise}")
+            setting = (noise_names or {}).get((dataset, noise), noise)
+            ax.plot(epochs[shown], 100 * mean[shown], marker="o", markersize=3, color=f"C{i % 10}",
+                    linestyle="-" if method.startswith(solid) else "--",
+                    label=f"{(labels or {}).get(method, method)} · {dataset}, {setting}")
         ax.set_xlabel("epoch")
-        ax.set_ylabel(f"test {name}")
+        ax.set_ylabel(f"test {name} (%)")
         ax.grid(alpha=0.3)
         ax.set_title(f"{name} over training{title}")
     if not rows.empty:

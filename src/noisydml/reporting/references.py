@@ -219,8 +219,7 @@ def reference_section(references: pd.DataFrame, summary: pd.DataFrame, params: d
           f"{REPRODUCED_WITHIN:g} points. `[best on test x]` beside our P@1 is **test-selected**: the highest test "
           "P@1 over the monitored epochs (every `train.eval_every` epochs and the last) and, where set, over the "
           "checks every `train.test_check_every_steps` steps (a paper profile sets the authors' interval), the "
-          "figure a trainer that keeps its best test model reports, as some authors' code does (README: where we "
-          "differ). It shows how "
+          "figure a trainer that keeps its best test model reports, as some authors' code does (README \"Protocol\"). It shows how "
           "much of a difference model selection explains; our number (the last epoch) is the result.", "",
           status.to_markdown(index=False), ""]
     idle = []

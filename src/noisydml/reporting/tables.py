@@ -14,6 +14,7 @@ import pandas as pd
 
 from noisydml import io
 from noisydml.config import noises_of
+from noisydml.reporting.names import DASH, DIGITS, metric_name, named_table, percent
 from noisydml.runs import Run
 
 
@@ -142,7 +143,8 @@ def timing_results(params: dict, layout) -> list[dict]:
 def timing_table(results: list[dict]) -> pd.DataFrame:
     """Seconds per epoch and per step of the timed entries, and their ratio to the first entry's."""
     first = results[0] if results else None
-    return pd.DataFrame([{
+    columns = ["dataset", "noise", "method", "seconds/epoch", "ms/step", "x first row"]
+    return pd.DataFrame(columns=columns) if not results else pd.DataFrame([{
         "dataset": r["dataset"], "noise": r["noise"], "method": r["label"],
         "seconds/epoch": round(r["seconds_per_epoch"], 2), "ms/step": round(1e3 * r["seconds_per_step"], 1),
         "x first row": round(r["seconds_per_epoch"] / first["seconds_per_epoch"], 2),
@@ -175,7 +177,8 @@ def weight_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def _chain_line(c: dict) -> str:
+def _chain_line(c: dict, labels: dict[str, str] | None = None,
+                noise_names: dict[tuple[str, str], str] | None = None) -> str:
     """One chained run as a Markdown bullet: what it trains, after which run, and what it takes from it."""
     takes = []
     if any(c["init"].values()):
@@ -186,6 +189,45 @@ def _chain_line(c: dict) -> str:
         takes.append(f"only the samples its export `{c['labels']['keep']}` keeps")
     if c["inputs"]:
         takes.append(f"inputs {c['inputs']}")
-    return (f"- **{c['name']}** ({c['dataset']}/{c['noise']}, seed{'s' * (len(c['seeds']) > 1)} "
+    labels, noise_names = labels or {}, noise_names or {}
+    setting = noise_names.get((c["dataset"], c["noise"]), c["noise"])
+    return (f"- **{labels.get(c['name'], c['name'])}** (`{c['name']}`; {c['dataset']}, {setting}, "
+            f"seed{'s' * (len(c['seeds']) > 1)} "
             f"{', '.join(map(str, c['seeds']))}): `{c['method']}` trained after "
             f"`{c['upstream']}`, taking " + ", ".join(takes))
+
+
+def noise_markdown(noise: pd.DataFrame, noise_names: dict[tuple[str, str], str]) -> str:
+    """The noise table as results.md shows it: settings by name, rates and shares in %."""
+    shown = named_table(noise, {}, noise_names).drop(columns=["kind"])
+    shown["nominal_rate"] = [percent(v, 1) for v in noise["nominal_rate"]]
+    shown["actual_rate"] = [percent(v, DIGITS) for v in noise["actual_rate"]]
+    for column in ("class_flip_rate (min/mean/max)", "class_impurity (min/mean/max)"):
+        shown[column] = [_percent_range(v) for v in noise[column]]
+    shown = shown.rename(columns={"noise": "noise setting", "nominal_rate": "nominal rate %",
+                                  "actual_rate": "actual rate %", "classes_before": "classes before",
+                                  "classes_after": "classes after", "dissolved_classes": "dissolved classes",
+                                  "moved_clusters": "moved clusters", "cluster_size (mean/max)": "cluster size (mean/max)",
+                                  "class_flip_rate (min/mean/max)": "class flip rate % (min/mean/max)",
+                                  "class_impurity (min/mean/max)": "class impurity % (min/mean/max)",
+                                  "verified_noisy/verified": "verified noisy / verified"})
+    return shown.replace("-", DASH).to_markdown(index=False, disable_numparse=True)
+
+
+def _percent_range(text: str) -> str:
+    """``0.00 / 0.50 / 1.00`` (shares) -> ``0.0 / 50.0 / 100.0`` (%)."""
+    if text in ("-", DASH):
+        return DASH
+    return " / ".join(f"{100 * float(v):.1f}" for v in text.split(" / "))
+
+
+def shares_markdown(table: pd.DataFrame, columns: list[str], run_labels: dict[str, str],
+                    noise_names: dict[tuple[str, str], str], digits: int = DIGITS, as_percent: bool = True) -> str:
+    """A table of shares (selection scores, clean fraction) or weights with methods and settings named, every
+    value of ``columns`` in % (``as_percent``) or as a number, all with ``digits`` decimals; a dash for none."""
+    shown = named_table(table, run_labels, noise_names)
+    for column in columns:
+        shown[column] = [percent(v, digits) if as_percent else (DASH if pd.isna(v) else f"{v:.{digits}f}")
+                         for v in table[column]]
+    heads = {c: metric_name(c) + (" %" if as_percent else "") for c in columns}
+    return shown.rename(columns={**heads, "noise": "noise setting"}).to_markdown(index=False, disable_numparse=True)

@@ -8,6 +8,7 @@ A study is a module ``noisydml/studies/<name>.py`` with a module-level ``STUDY =
 - **its own runs** (``runs``: validated params -> :class:`~noisydml.runs.Run` values, e.g. ablation variants,
   per-cell retrainings, embedding-size points): trained by the train stage (``--run-folder <folder> --study <name>``),
   evaluated and reported like the grid's, never in the grid's tables;
+- **the orderings its paper claims** (``claims``: :class:`Claim` values), checked seed by seed by the report;
 - **report sections** (``report``: a :class:`ReportContext` -> Markdown lines; it may write its own CSVs and
   plots into ``ctx.out``, ``reports/studies/<name>/``, linked from the Markdown with ``ctx.link(file)``).
 
@@ -47,10 +48,56 @@ class ReportContext:
     #: The study's own folder, ``reports/studies/<name>/`` (a folder output of the report stage: a study writes
     #: whatever files it wants there without a line of dvc.yaml).
     out: Path
+    #: The report's figures folder, ``reports/figures/`` (a DVC plots folder: PNG only; a study's figure is
+    #: ``<study>-<name>.png``, its PDF in ``reports/pdf/``); a figure is drawn only where it has data.
+    figures: Path = Path("reports/figures")
+    #: (dataset, noise setting) -> the setting as a paper names it (``50% symmetric``), for tables and titles.
+    noise_names: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def link(self, name: str) -> str:
         """``name`` (a file of :attr:`out`) as results.md links it."""
         return f"studies/{self.out.name}/{name}"
+
+    def figure(self, name: str) -> Path:
+        """Where the study's figure ``name`` (``<name>.png``) is written."""
+        return self.figures / f"{self.out.name}-{name}.png"
+
+    def embed(self, name: str, alt: str) -> str:
+        """results.md's image line for the study's figure ``name``."""
+        return f"![{alt}]({self.figures.name}/{self.figure(name).name})"
+
+    def markdown(self, table: pd.DataFrame, shares: tuple[str, ...] | list[str] = (), dash: str = "") -> str:
+        """``table`` as results.md prints it: settings and runs named (:meth:`named`), the ``shares`` columns (values
+        in [0, 1]) in % with two decimals, other floats as they are, a dash where there is no value (``dash``: why,
+        a footnote line under the table)."""
+        from noisydml.reporting.names import DASH, DIGITS, percent
+
+        out = self.named(table)
+        for column in out.columns:
+            if column in shares:
+                out[column] = [percent(v, DIGITS) for v in table[column]]
+            elif pd.api.types.is_float_dtype(table[column]):
+                out[column] = [DASH if pd.isna(v) else f"{v:g}" for v in table[column]]
+        out = out.rename(columns={c: f"{c} %" for c in shares if c in out.columns})
+        text = out.to_markdown(index=False, disable_numparse=True)
+        return text + (f"\n\n{DASH}: {dash}" if dash and (out == DASH).any().any() else "")
+
+    def named(self, table: pd.DataFrame) -> pd.DataFrame:
+        """``table`` with noise ids (``noise`` column, beside ``dataset``) and run names (``method``) as a reader
+        names them; the CSVs keep the ids."""
+        from noisydml.reporting.names import named_table
+
+        return named_table(table, self.params["report"]["labels"], self.noise_names)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An ordering a paper claims: run ``better`` above run ``than`` (grid or chained run names), in the paper's
+    words (``says``). The report checks it seed by seed wherever the grid ran both (:mod:`noisydml.reporting.orderings`)."""
+
+    better: str
+    than: str
+    says: str
 
 
 @dataclass(frozen=True)
@@ -68,6 +115,8 @@ class Study:
     runs: Callable[[dict[str, Any], dict[str, Any]], list[Run]] = lambda params, sections: []
     #: Its report sections (Markdown lines); may write files into ``ctx.out``.
     report: Callable[[ReportContext], list[str]] = lambda ctx: []
+    #: The orderings the paper claims, checked seed by seed in the report's "claimed orderings" section.
+    claims: tuple[Claim, ...] = ()
 
 
 def check_run_target(entry: dict, params: dict[str, Any], where: str) -> None:

@@ -27,7 +27,7 @@ BSPML_CELL = RunKind("bspml_cell", "train_bspml_cell")
 from noisydml.schema import (
     Field, ParamsError, check_choice, check_name, check_section, check_unique, mapping_or_empty,
 )
-from noisydml.studies.base import ReportContext, Study, check_run_target, percent
+from noisydml.studies.base import Claim, ReportContext, Study, check_run_target, percent
 
 BSPML_MAP_SCHEMA = {
     "dataset": Field(str), "noise": Field(str), "seed": Field(int),
@@ -141,27 +141,29 @@ def table1(summary: pd.DataFrame, params: dict) -> list[str]:
     clean = summary[summary["noise_kind"] == "none"]
     out = []
     for (dataset, noise), group in clean.groupby(["dataset", "noise"], sort=False):
-        out += [f"**{dataset} / {noise}** (mean over seeds ± sample SD, %)", "",
+        out += [f"**{dataset}, clean labels** (mean over seeds ± sample SD, %)", "",
                 "| method | " + " | ".join([f"R@{k}" for k in ks] + (["NMI"] if "nmi" in metrics else [])) + " |",
                 "|" + "---|" * (len(metrics) + 1)]
         for row in group.to_dict("records"):
-            out.append(f"| {row['method']} | " + " | ".join(percent(row, m) for m in metrics) + " |")
+            label = params["report"]["labels"].get(row["method"], row["method"])
+            out.append(f"| {label} | " + " | ".join(percent(row, m) for m in metrics) + " |")
         out.append("")
     return out
 
 
-def table2(summary: pd.DataFrame) -> list[str]:
+def table2(summary: pd.DataFrame, labels: dict[str, str] | None = None) -> list[str]:
     """BSPML's Table 2 layout: Recall@1 ± sample SD (%) under per-class symmetric noise, rows = (dataset,
     noise rate), columns = methods."""
     noisy = summary[summary["noise_kind"] == "symmetric_per_class"].sort_values(["dataset", "noise_rate"], kind="stable")
     if noisy.empty:
         return []
     methods = list(dict.fromkeys(noisy["method"]))
-    out = ["| data | NR | " + " | ".join(methods) + " |", "|" + "---|" * (len(methods) + 2)]
+    labels = labels or {}
+    out = ["| data | NR | " + " | ".join(labels.get(m, m) for m in methods) + " |", "|" + "---|" * (len(methods) + 2)]
     for (dataset, noise), group in noisy.groupby(["dataset", "noise"], sort=False):
         cells = {row["method"]: percent(row, "recall_at_1") for row in group.to_dict("records")}
         rate = group["noise_rate"].iloc[0]
-        out.append(f"| {dataset} | {100 * rate:g}% | " + " | ".join(cells.get(m, "-") for m in methods) + " |")
+        out.append(f"| {dataset} | {100 * rate:g}% | " + " | ".join(cells.get(m, "–") for m in methods) + " |")
     return out + [""]
 
 
@@ -186,7 +188,7 @@ def embedding_size_lines(table: pd.DataFrame, sizes: dict) -> list[str]:
     """The report's section for BSPML Fig. 5: Recall@1 ± SD (%), rows = methods, columns = embedding sizes."""
     if table.empty:
         return ["(opt-in: set `figures.embedding_size.dims` in params.yaml, e.g. `[16,32,64,128]`, with its noise "
-                f"`{sizes['noise']}` in grid.noises; see the README)", ""]
+                f"`{sizes['noise']}` in grid.noises; params.yaml `figures.embedding_size` shows the command)", ""]
     dims = sorted(table["embedding_dim"].unique())
     out = [f"Recall@1 in % on {sizes['dataset']} / {sizes['noise']} (mean ± sample SD over "
            f"{table['seeds'].max()} seed(s)); every other setting is the grid's `train` section.", "",
@@ -218,7 +220,7 @@ def bspml_cells_lines(table: pd.DataFrame, cells: dict) -> list[str]:
     """The report's section for the per-cell retrained BSPML maps."""
     if table.empty:
         return ["(opt-in: set `figures.bspml_cells.lambdas` and `mus` in params.yaml, with its noise "
-                f"`{cells['noise']}` in grid.noises; see the README. The fixed-xi maps of `figures.bspml_maps` "
+                f"`{cells['noise']}` in grid.noises; params.yaml `figures.bspml_cells` shows the command. The fixed-xi maps of `figures.bspml_maps` "
                 "are the cheap reading.)", ""]
     return [f"One `bspml` run per cell on {cells['dataset']} / {cells['noise']}, its age held at lambda "
             "(lambda_0 = lambda_inf = lambda, c = 1) and balance mu; MAW / SDAW (Eq. 14) after the last weight step, "
@@ -243,18 +245,22 @@ def report(ctx: ReportContext) -> list[str]:
           "`tuning.sampler.name: grid`); `rdml` is the untuned eta = 1.", ""]
     md += (table1(summary, params) if "recall_at_1" in summary else []) or \
         ["(Table 1: no clean-label noise setting in the grid)", ""]
-    md += (table2(summary) if "recall_at_1" in summary else []) or \
+    md += (table2(summary, params["report"]["labels"]) if "recall_at_1" in summary else []) or \
         ["(Table 2: no per-class noise setting in the grid: add sympc10, sympc20, sympc30 to grid.noises)", ""]
-    md += ["## Embedding size (BSPML Fig. 5)", "", *embedding_size_lines(sizes, fig5),
-           f"![Recall@1 against embedding size]({ctx.link('embedding_size.png')})", ""]
-    md += ["## BSPML retrained per cell (Figs. 3-4)", "", *bspml_cells_lines(cells, cell_section),
-           f"![MAW, SDAW and Recall@1 over (mu, lambda)]({ctx.link('bspml_cells.png')})", ""]
-    plot_embedding_size(sizes, f"Recall@1 against embedding size, {fig5['dataset']} / {fig5['noise']}",
-                        out / "embedding_size.png", empty="no embedding-size runs (figures.embedding_size.dims is [])", vector=True)
+    md += ["## Embedding size (BSPML Fig. 5)", "", *embedding_size_lines(sizes, fig5)]
+    if not sizes.empty:
+        md += [ctx.embed("embedding_size", "Recall@1 against embedding size"), ""]
+        plot_embedding_size(sizes, f"Recall@1 against embedding size, {fig5['dataset']}, "
+                            f"{ctx.noise_names.get((fig5['dataset'], fig5['noise']), fig5['noise'])}",
+                            ctx.figure("embedding_size"), empty="", vector=True)
     io.write_with(out / "embedding_size.csv", lambda p: sizes.to_csv(p, index=False, float_format="%.6f"))
-    plot_grid_maps(cells, f"BSPML retrained per cell, {cell_section['dataset']} / {cell_section['noise']} (mean over "
-                   "seeds)", out / "bspml_cells.png", columns=("maw", "sdaw", "recall_at_1"),
-                   empty="no cells (figures.bspml_cells.lambdas is [])", vector=True)
+    md += ["## BSPML retrained per cell (Figs. 3-4)", "", *bspml_cells_lines(cells, cell_section)]
+    if not cells.empty:
+        md += [ctx.embed("bspml_cells", "MAW, SDAW and Recall@1 over (mu, lambda)"), ""]
+        plot_grid_maps(cells, f"BSPML retrained per cell, {cell_section['dataset']}, "
+                       f"{ctx.noise_names.get((cell_section['dataset'], cell_section['noise']), cell_section['noise'])}"
+                       " (mean over seeds)", ctx.figure("bspml_cells"), columns=("maw", "sdaw", "recall_at_1"),
+                       empty="", vector=True)
     io.write_with(out / "bspml_cells.csv", lambda p: cells.to_csv(p, index=False, float_format="%.6f"))
     return md
 
@@ -266,4 +272,5 @@ STUDY = Study(
     kinds=(EMBEDDING_SIZE, BSPML_CELL),
     runs=runs,
     report=report,
+    claims=(Claim("bspml", "ms_rho1", "BSPML above MS at its rho = 1 (Table 2)"),),
 )

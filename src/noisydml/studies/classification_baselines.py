@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from noisydml import io
-from noisydml.studies.base import ReportContext, Study
+from noisydml.studies.base import Claim, ReportContext, Study
 
 #: The family, in the papers' row order; ``cross_entropy`` is the base every row is compared with.
 METHODS = ("cross_entropy", "normalized_softmax", "coteaching", "coteaching_plus", "coteaching_t", "f_correction",
@@ -38,11 +38,13 @@ def best_test_epoch(curve) -> int | None:
 def comparison(per_seed: pd.DataFrame) -> pd.DataFrame:
     """One row per (dataset, noise, method, seed) of the family: P@1, MAP@R, P@1 minus cross-entropy's at the same
     seed, the diagnostics, and for a method that picks its epoch the one it picked beside the test curve's best."""
+    empty = pd.DataFrame(columns=["dataset", "noise", "method", "seed", "P@1", "MAP@R", f"P@1 - {BASE}",
+                                  *DIAGNOSTICS.values()])
     if per_seed.empty:
-        return pd.DataFrame()
+        return empty
     runs = per_seed[per_seed["method"].isin(METHODS)]
-    if runs.empty:  # none of the family in the grid (the default)
-        return pd.DataFrame()
+    if runs.empty:  # none of the family in the grid (the default): the CSV's header only
+        return empty
     base = runs[runs["method"] == BASE].set_index(["dataset", "noise", "seed"])["precision_at_1"]
     rows = []
     for r in runs.to_dict("records"):
@@ -78,4 +80,6 @@ def report(ctx: ReportContext) -> list[str]:
                  f"[classification_baselines.csv]({ctx.link('classification_baselines.csv')})", ""]
 
 
-STUDY = Study(name="classification_baselines", title="Noisy-label classification baselines", report=report)
+STUDY = Study(name="classification_baselines", title="Noisy-label classification baselines", report=report,
+              claims=(Claim("coteaching", "cross_entropy", "Co-teaching above plain cross-entropy"),
+                      Claim("coteaching_t", "cross_entropy", "Co-teaching w/ T above plain cross-entropy")))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from noisydml.studies.base import ReportContext, Study
+from noisydml.studies.base import Claim, ReportContext, Study
 
 
 def paper_seconds(references: pd.DataFrame) -> dict[tuple[str, bool | None], tuple[str, float]]:
@@ -42,4 +42,6 @@ def report(ctx: ReportContext) -> list[str]:
             pd.DataFrame(rows).to_markdown(index=False), ""]
 
 
-STUDY = Study(name="prism", title="PRISM (CVPR 2021)", report=report)
+STUDY = Study(name="prism", title="PRISM (CVPR 2021)", report=report,
+              claims=(Claim("prism", "mcl", "PRISM above its base loss MCL (Tables 1-2)"),
+                      Claim("softtriple_prism", "softtriple", "PRISM lifts SoftTriple (Tables 1-2)")))

@@ -23,7 +23,7 @@ from noisydml.runs import Run, RunKind, chain_runs
 #: Table V / VI's variants: SGPS with one variant's overrides (stage train_sgps_ablation@<variant>-<seed>)
 SGPS_ABLATION = RunKind("sgps_ablation", "train_sgps_ablation")
 from noisydml.schema import Field, ParamsError, check_choice, check_name, check_section, check_unique, mapping_or_empty
-from noisydml.studies.base import ReportContext, Study, chain_run_value, check_run_target
+from noisydml.studies.base import Claim, ReportContext, Study, chain_run_value, check_run_target
 
 SGPS_ABLATIONS_SCHEMA = {
     "dataset": Field(str, help="a dataset of grid.datasets"),
@@ -154,6 +154,11 @@ def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: The ablation table's columns (its CSV has them even when no variant is trained).
+ABLATION_COLUMNS = ["group", "variant", "overrides", "seeds", "P@1", "P@1 SD", "MAP@R", "MAP@R SD", "paper P@1 (CARS)",
+                    "paper MAP@R (CARS)"]
+
+
 def ablation_table(runs: pd.DataFrame, params: dict, ablations: dict, run_of: dict[str, Run],
                    table5: dict[tuple, tuple[float, float]]) -> pd.DataFrame:
     """``figures.sgps_ablations``: one row per trained variant, P@1 / MAP@R (mean, sample SD over seeds), its
@@ -175,7 +180,7 @@ def ablation_table(runs: pd.DataFrame, params: dict, ablations: dict, run_of: di
             "paper P@1 (CARS)": paper[0] / 100 if paper and spec["group"].startswith("Table V") else None,
             "paper MAP@R (CARS)": paper[1] / 100 if paper and spec["group"].startswith("Table V") else None,
         })
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=ABLATION_COLUMNS)
 
 
 def table5(references: pd.DataFrame) -> dict[tuple, tuple[float, float]]:
@@ -205,12 +210,16 @@ def report(ctx: ReportContext) -> list[str]:
           "sees; mean over seeds): purity of the subgroup labellings, the share of truly noisy samples whose "
           "positive candidates hold a sample of their true class (or any sample), and of the rejected samples "
           "(anchors) and their drawn positives.", "",
-          sgps_diag.round(4).to_markdown(index=False) if not sgps_diag.empty else "(no SGPS run in the grid)", ""]
+          ctx.markdown(sgps_diag, shares=[c for c in sgps_diag.columns if c not in ("dataset", "noise", "method",
+                                                                                    "seeds")],
+                       dash="no closed-set noisy sample (clean labels; small-cluster noise moves whole clusters)")
+          if not sgps_diag.empty else "(no SGPS run in the grid)", ""]
     md += ["### Posterior data clean (Sec. IV-E)", "",
            "Stage 1's c^B (a fresh SGM pass on its final model) as stage 2's labels: purity (rows in their "
            "cluster's majority true class) and coverage (rows kept: clusters of one row are left out); then each "
            "stage's P@1, per seed.", "",
-           posterior.round(4).to_markdown(index=False) if not posterior.empty else "(no chain trains on cluster labels)", ""]
+           ctx.markdown(posterior, shares=[c for c in posterior.columns if "P@1" in c or c in ("purity", "coverage")])
+           if not posterior.empty else "(no chain trains on cluster labels)", ""]
     pairs = clean_loss_pairs(per_seed)
     md += ["### SGPS around each clean loss (Sec. IV-B: MCL, SupCon, Roadmap, Contextual)", "",
            "Each clean loss alone beside SGPS with it as L_clean, per seed (diff = SGPS - alone), with what SGPS's "
@@ -218,16 +227,19 @@ def report(ctx: ReportContext) -> list[str]:
     if pairs.empty:
         md += ["(no clean loss ran beside its SGPS at the same seed)", ""]
     else:
-        md += [(pairs.set_index(["dataset", "noise", "clean loss", "seed"]) * 100).round(2).reset_index()
+        md += [(ctx.named(pairs).set_index(["dataset", "noise", "clean loss", "seed"]) * 100).round(2).reset_index()
                .to_markdown(index=False), "",
                "In %. Mean differences: " + "; ".join(
-                   f"{d}/{n} {loss}: P@1 {g['P@1 diff'].mean() * 100:+.2f}, MAP@R {g['MAP@R diff'].mean() * 100:+.2f} "
+                   f"{d}, {ctx.noise_names.get((d, n), n)}, {loss}: P@1 {g['P@1 diff'].mean() * 100:+.2f}, MAP@R {g['MAP@R diff'].mean() * 100:+.2f} "
                    f"({(g['P@1 diff'] > 0).sum()}/{len(g)} seeds up)"
                    for (d, n, loss), g in pairs.groupby(["dataset", "noise", "clean loss"], sort=False)) + ".", ""]
     md += ["SGPS's Tables I-III beside our runs: see \"The papers' tables beside ours\". Its Table I SGPS-MCL "
            "row is its posterior data clean, so it sits beside `sgps_posterior`; its Table II SGPS-MCL is plain `sgps`.",
            ""]
-    md += [f"![P@1 and MAP@R over training]({ctx.link('curves_over_training.png')})", ""]
+    curves = ("prism", "sgps", "sgps_supcon", "sgps_roadmap", "sgps_contextual", "sgps_posterior")
+    drawn = not per_seed.empty and per_seed["method"].isin(curves).any()
+    md += [ctx.embed("curves_over_training", "P@1 and MAP@R over training") if drawn
+           else "(no PRISM or SGPS run in the grid: no training curves)", ""]
     ablations = ctx.sections["sgps_ablations"]
     ablation = ablation_table(ctx.own_runs, params, ablations, ctx.runs, table5(ctx.references))
     md += ["### SGPS ablations (Fig. 5a, Fig. 5b, Table V)", ""]
@@ -250,10 +262,10 @@ def report(ctx: ReportContext) -> list[str]:
                pd.DataFrame([{"method": label, "seconds/epoch": round(seconds, 2),
                               "SGPS paper (CARS 10% / 50%, GPU h)": " / ".join(map(str, paper))}
                              for label, seconds, paper in timed]).to_markdown(index=False), ""]
-    plot_training_curves(per_seed, out / "curves_over_training.png", vector=True, labels=ctx.params["report"]["labels"],
-                         methods=("prism", "sgps", "sgps_supcon", "sgps_roadmap", "sgps_contextual", "sgps_posterior"),
-                         solid=("sgps",),
-                         title=" (SGPS Fig. 8)", empty="no PRISM or SGPS run in the grid")
+    if drawn:
+        plot_training_curves(per_seed, ctx.figure("curves_over_training"), vector=True,
+                             labels=ctx.params["report"]["labels"], methods=curves, solid=("sgps",),
+                             title=" (SGPS Fig. 8)", empty="", noise_names=ctx.noise_names)
     io.write_with(out / "sgps_clean_losses.csv", lambda p: pairs.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "sgps_posterior.csv", lambda p: posterior.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "sgps_ablations.csv", lambda p: ablation.to_csv(p, index=False, float_format="%.6f"))
@@ -262,4 +274,6 @@ def report(ctx: ReportContext) -> list[str]:
 
 STUDY = Study(name="sgps", title="SGPS (IEEE TIP 2024)", sections={"sgps_ablations": check_ablations},
               kinds=(SGPS_ABLATION,), runs=runs,
-              report=report)
+              report=report,
+              claims=(Claim("sgps", "prism", "SGPS above PRISM (Tables I-II)"),
+                      Claim("sgps_posterior", "sgps", "posterior data clean lifts SGPS (Table I's SGPS-MCL)")))

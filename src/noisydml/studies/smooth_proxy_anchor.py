@@ -13,7 +13,7 @@ import pandas as pd
 from noisydml import io
 from noisydml.reporting.plots import plot_weight_histograms
 from noisydml.runs import chain_runs
-from noisydml.studies.base import ReportContext, Study, chain_run_value
+from noisydml.studies.base import Claim, ReportContext, Study, chain_run_value
 
 #: The chained method of phase 2, and the grid methods its P@1 is shown beside.
 PHASE2_METHOD = "spa_smooth_loss"
@@ -60,22 +60,26 @@ def report(ctx: ReportContext) -> list[str]:
           "Phase 1 (`spa_confidence`, a grid run) trains a confidence module on the noisy labels; phase 2 "
           "(`smooth_proxy_anchor`, a chained run) trains Proxy-Anchor with proxies selected by, and terms weighted "
           "by, phase 1's confidences; both on the frozen backbone, so `proxy_anchor_frozen` is its baseline. The "
-          "loss, the smoothing and the relabelling are reconstructions (see the README). Per seed; phase 1: "
+          "loss, the smoothing and the relabelling are reconstructions (README \"The papers' benchmarks and tables\" links how). Per seed; phase 1: "
           "flagged = top-confidence class != given label (flag precision by chance = the noise rate), AUROC of "
           "the given label's confidence for clean vs noisy samples, relabelling accuracy = top class is the true "
           "class; phase 2: samples positive for no proxy, given labels below tau (dropped). Scores from ground "
           "truth the methods never see.", "",
-          spa.round(4).to_markdown(index=False) if not spa.empty else "(no smooth_proxy_anchor chain in params.yaml)",
-          "", f"![Confidences of clean and noisy samples]({ctx.link('spa_confidence_clean_noisy.png')})", ""]
-    chains = [c for c in params["chains"].values() if c["method"] == PHASE2_METHOD]
-    shown = {c["upstream"] for c in chains} | {c["name"] for c in chains}
-    plot_weight_histograms(per_seed[per_seed["method"].isin(shown)] if not per_seed.empty else per_seed,
-                           ctx.out / "spa_confidence_clean_noisy.png", column="histogram_confidence",
-                           xlabel="c(x, given label) (phase 1) / S(c) (phase 2)",
-                           empty="no smooth_proxy_anchor chain in params.yaml", vector=True,
-                           labels=ctx.params["report"]["labels"])
+          ctx.markdown(spa, shares=[c for c in spa.columns if c not in ("dataset", "noise", "seed")],
+                       dash="not measured (no noisy sample, or the method not in the grid)") if not spa.empty
+          else "(no smooth_proxy_anchor chain in params.yaml)", ""]
+    if not spa.empty:
+        md += [ctx.embed("spa_confidence_clean_noisy", "Confidences of clean and noisy samples"), ""]
+        chains = [c for c in params["chains"].values() if c["method"] == PHASE2_METHOD]
+        shown = {c["upstream"] for c in chains} | {c["name"] for c in chains}
+        plot_weight_histograms(per_seed[per_seed["method"].isin(shown)], ctx.figure("spa_confidence_clean_noisy"),
+                               column="histogram_confidence", xlabel="c(x, given label) (phase 1) / S(c) (phase 2)",
+                               empty="", vector=True, labels=ctx.params["report"]["labels"],
+                               noise_names=ctx.noise_names)
     io.write_with(ctx.out / "smooth_proxy_anchor.csv", lambda p: spa.to_csv(p, index=False, float_format="%.6f"))
     return md
 
 
-STUDY = Study(name="smooth_proxy_anchor", title="Smooth Proxy-Anchor (2020)", report=report)
+STUDY = Study(name="smooth_proxy_anchor", title="Smooth Proxy-Anchor (2020)", report=report,
+              claims=(Claim("smooth_proxy_anchor", "proxy_anchor_frozen",
+                            "Smooth Proxy-Anchor above Proxy-Anchor on the same frozen backbone"),))
