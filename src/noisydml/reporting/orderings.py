@@ -14,9 +14,9 @@ import pandas as pd
 from noisydml.reporting.names import DIGITS, metric_name
 
 #: A claim's verdict, from the paired differences (the rule the section states).
-HOLDS, REVERSED, OPEN = "holds", "reversed", "not shown"
+HOLDS, REVERSED, OPEN = "holds", "reversed", "undecided"
 RULE = ("holds: the claimed method is above in every seed and the mean difference exceeds the differences' sample "
-        "standard deviation; reversed: the same the other way; otherwise not shown")
+        "standard deviation; reversed: the same the other way; otherwise undecided")
 ONE_SEED = "one seed: no ordering is claimed"
 
 
