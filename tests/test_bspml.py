@@ -285,9 +285,10 @@ def test_bspml_table_layouts(raw_params):
     summary = summarise(pd.DataFrame(rows), [f"recall_at_{k}" for k in (1, 2, 4, 8, 16, 32)] + ["nmi"])
     t1 = "\n".join(bspml_table1(summary, params))
     assert "| method | R@1 | R@2 | R@4 | R@8 | R@16 | R@32 | NMI |" in t1
-    assert "| bspml | 61.50 ± 0.71 | 62.50 ± 0.71 |" in t1 and "sympc" not in t1
-    t2 = bspml_table2(summary)
-    assert t2[0] == "| data | NR | ms_rho1 | bspml |"
+    assert "| BSPML | 61.50 ± 0.71 | 62.50 ± 0.71 |" in t1 and "sympc" not in t1  # rows by report.labels
+    assert "**glyphs, clean labels**" in t1
+    t2 = bspml_table2(summary, params["report"]["labels"])
+    assert t2[0] == "| data | NR | MS (rho=1) | BSPML |"
     assert t2[2] == "| glyphs | 10% | 41.50 ± 0.71 | 51.50 ± 0.71 |" and t2[3].startswith("| glyphs | 20% |")
 
 

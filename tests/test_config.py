@@ -26,8 +26,8 @@ def test_grid_methods_can_point_at_every_method_set(tmp_path, anchor, method_set
 
 def test_repository_params_are_valid():
     p = load_params("params.yaml")
-    assert p["grid"]["methods"] == ["ms", "contrastive", "mcl", "proxy_anchor", "prism", "bspml", "sgps", "spa_confidence",
-                                   "proxy_anchor_frozen"]
+    assert p["grid"]["methods"] == ["ms", "contrastive", "mcl", "proxy_anchor", "prism", "ms_rho1", "bspml", "sgps",
+                                   "spa_confidence", "proxy_anchor_frozen"]
     assert p["timing"]["entries"] == {}  # opt-in
     assert set(p["method_sets"]["all_baselines"]) >= {"ms", "softtriple", "circle", "supcon", "fastap"}
     # defaults are filled in

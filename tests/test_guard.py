@@ -85,7 +85,9 @@ def test_a_kind_without_a_tolerance_fails():
 
 def test_every_metric_kind_of_the_committed_results_has_a_tolerance():
     committed = json.loads((REPO / "reports" / "all_metrics.json").read_text())
-    assert set(committed) == set(_case("committed")["metrics"]), "the guard's cases are runs of today's grid"
+    # the cases are runs of today's grid (which has grown since they were made: MS at rho = 1 joined the default
+    # grid after them; every metric kind of it is one the cases and the tolerance cover)
+    assert set(_case("committed")["metrics"]) <= set(committed), "the guard's cases are runs of today's grid"
     kinds = set(compare(committed, committed).by_kind())
     assert kinds <= set(TOLERANCE), kinds - set(TOLERANCE)
 
