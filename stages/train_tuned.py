@@ -1,4 +1,4 @@
-"""DVC stage: train a tuned run with the values its tune stage chose (params.yaml `tuning`; README "Tuning").
+"""DVC stage: train a tuned run with the values its tune stage chose (params.yaml `tuning`; README "Tuning every method with the same budget").
 
 --run-folder runs/<dataset>/<noise>/<method>_tuned/seed<k>
     a tuned method at one seed (stage train_tuned@<dataset>-<noise>-<method>-<seed>)

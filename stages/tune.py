@@ -1,4 +1,4 @@
-"""DVC stage: one tuning study -> tuning/<dataset>/<noise>/<name>/ (params.yaml `tuning`; README "Tuning").
+"""DVC stage: one tuning study -> tuning/<dataset>/<noise>/<name>/ (params.yaml `tuning`; README "Tuning every method with the same budget").
 
 --dataset D --noise N --method M
     tunes M on D/N's noisy training labels: tuning.trials trials over tuning.spaces.M, each scored by the P@1 of
