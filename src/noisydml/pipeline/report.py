@@ -169,10 +169,8 @@ def write_report(params: dict, layout: Layout) -> Path:
     else:
         md += ["Methods that weight samples: the final mean weight of truly clean and truly noisy training samples "
                "(ground truth the method never sees), mean over seeds, and their histograms.", "",
-               shares_markdown(weights.rename(columns={"mean weight, clean": "final_diag_weight_clean",
-                                                       "mean weight, noisy": "final_diag_weight_noisy"}),
-                               ["final_diag_weight_clean", "final_diag_weight_noisy"], labels, noise_names, digits=3,
-                               as_percent=False), "",
+               shares_markdown(weights, ["mean weight, clean", "mean weight, noisy"], labels, noise_names,
+                               digits=3, as_percent=False), "",
                f"![Weights of clean and noisy samples]({FIGURES}/weights_clean_noisy.png)", ""]
     for name, study in studies.items():
         runs = {r.name: r for r in own[name]}

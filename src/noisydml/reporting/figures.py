@@ -99,7 +99,7 @@ def plot_metric_vs_noise(points: pd.DataFrame, metric: str, path: Path, groups: 
         spread, pad = DODGE * width, 0.06 * width
     else:
         position = {r: float(i) for i, r in enumerate(rates)}
-        width, spread, pad = 1.0, 0.6, 0.5
+        spread, pad = 0.6, 0.5  # in category widths
     for (dataset, title, runs), row_axes in zip(layout, axes):
         rows = points[points["dataset"] == dataset]
         for ax, kind in zip(row_axes, kinds):

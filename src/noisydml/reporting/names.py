@@ -18,8 +18,7 @@ NOISE_MODELS = {"symmetric": "symmetric", "symmetric_per_class": "symmetric per 
 METRICS = {"precision_at_1": "P@1", "mean_average_precision_at_r": "MAP@R", "r_precision": "RP", "nmi": "NMI"}
 #: The trainer's scores of a method's decisions, as the report heads them (shares, shown in %).
 DIAGNOSTICS = {"final_diag_selection_precision": "selection precision", "final_diag_selection_recall":
-               "selection recall", "final_diag_kept_fraction": "kept", "clean_fraction": "clean labels",
-               "final_diag_weight_clean": "mean weight, clean", "final_diag_weight_noisy": "mean weight, noisy"}
+               "selection recall", "final_diag_kept_fraction": "kept", "clean_fraction": "clean labels"}
 #: Written where a table has no number; :data:`DASH_NOTE` says why under the table.
 DASH = "–"
 DASH_NOTE = f"{DASH}: not run (this row has no run at this setting)"
