@@ -10,7 +10,7 @@ chained runs (Smooth Proxy-Anchor's phase 2, SGPS's posterior data clean) tuned 
 overrides rewrite params.yaml, as `dvc exp run -S` does):
 
     git clone . /tmp/orderings && cd /tmp/orderings
-    python scripts/tuning_orderings.py run --dataset glyphs    # = python -m noisydml.pipeline.launch -j 2 -S ... -S ...
+    python scripts/tuning_orderings.py run --dataset glyphs    # = noisydml launch -j 2 -S ... -S ...
     python scripts/tuning_orderings.py table
 
 `table` reads reports/results_per_seed.csv and tuning/*/*/*/chosen.json of the repository it is given.

@@ -23,6 +23,33 @@ def pytest_collection_modifyitems(config, items):
 
 _MODULE_SECONDS: dict[str, float] = {}
 
+#: What the repository's own MLflow store holds before the tests (no test may write into it: a test's runs are
+#: tracked in its own folder's store, whose artifacts stay beside it).
+_REPO_STORE = (REPO / "mlartifacts", REPO / "mlflow.db")
+_store_before: dict = {}
+
+
+def _store_state():
+    files = set(p.relative_to(REPO).as_posix() for p in _REPO_STORE[0].rglob("*")) if _REPO_STORE[0].is_dir() else set()
+    return files, _REPO_STORE[1].stat().st_mtime_ns if _REPO_STORE[1].exists() else None
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without workers)
+        _store_before["state"] = _store_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when a test wrote into the repository's mlartifacts/ or mlflow.db."""
+    if "state" not in _store_before:
+        return
+    (files, mtime), (files_after, mtime_after) = _store_before["state"], _store_state()
+    if files_after - files or mtime_after != mtime:
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"FAILED: the tests wrote into the repository's MLflow store: {sorted(files_after - files)[:5]}"
+            f"{' and mlflow.db' if mtime_after != mtime else ''}", red=True)
+        session.exitstatus = 1
+
 
 def pytest_runtest_logreport(report):
     """Sum each test file's time (setup, call and teardown; with xdist the controller gets every worker's reports)."""

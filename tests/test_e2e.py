@@ -71,8 +71,9 @@ def repo(tmp_path_factory):
     raw["timing"]["entries"] = {"prism_eq3": {"label": "PRISM without centres", "method": "prism",
                                               "hparams": {"centres": False}}}
     env, _ = dvc_repo(root, raw, repro=False)
-    # one warm stage process (-j 1: the other core is the other test worker's)
-    out = _run([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "1"], root, env)
+    # two stages at once, as a user launches (README "Many runs at once"): the first two training stages open the new
+    # MLflow store together (test_mlflow_has_one_finished_run_per_model counts every run)
+    out = _run([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "2"], root, env)
     return root, env, out
 
 
@@ -191,9 +192,46 @@ def test_mlflow_has_one_finished_run_per_model(repo):
         " runs['tags.mlflow.source.git.commit'].notna(), runs['tags.run'], runs['params.runtime.threads'].notna()))))"
     )
     runs = json.loads(_run([sys.executable, "-c", code], root, env).strip().splitlines()[-1])
+    assert len(runs) == len([p for p in (root / "runs").glob("*/*/*/seed*") if p.is_dir()])  # every training run
     assert runs == sorted([[f"{m} · {n} · seed 0", "FINISHED", True, True, m, True] for n in NOISES for m in ("ms", "prism")]
                           + [[f"{m} · {n} · seed 0", "FINISHED", True, True, m, True] for n, m in (
                               ("sym50", "ms_on_prism_kept"), ("sc25", "ms_dim8"), ("sc25", "bspml_lam3.0_mu20"))])
+
+
+def test_a_chained_run_names_its_upstream_mlflow_run(repo):
+    root, env, _ = repo
+    code = (
+        "import mlflow, json;"
+        f"mlflow.set_tracking_uri('sqlite:///{root / 'mlflow.db'}');"
+        "runs = mlflow.search_runs(experiment_names=['noisydml-glyphs']);"
+        "print(json.dumps(dict(zip(runs['tags.mlflow.runName'], runs['tags.upstream_mlflow_run_id'].fillna('')))));"
+        "print(json.dumps(dict(zip(runs['tags.mlflow.runName'], runs['run_id']))))"
+    )
+    upstreams, ids = (json.loads(line) for line in _run([sys.executable, "-c", code], root, env).strip().splitlines()[-2:])
+    assert upstreams["ms_on_prism_kept · sym50 · seed 0"] == ids["prism · sym50 · seed 0"]
+    assert upstreams["prism · sym50 · seed 0"] == ""
+
+
+def test_a_re_cloned_repository_opens_its_mlflow_artifacts(repo, tmp_path):
+    """git clone of the repository, with its MLflow store copied along (mlflow.db and mlartifacts/ are not
+    committed): the clone's store points at its own artifacts once opened, and every run's history.csv opens."""
+    import shutil
+
+    root, env, _ = repo
+    clone = tmp_path / "clone"
+    _run(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
+    shutil.copy(root / "mlflow.db", clone / "mlflow.db")
+    shutil.copytree(root / "mlartifacts", clone / "mlartifacts")
+    code = (
+        "import json, mlflow; from noisydml.tracking import open_store;"
+        f"client = open_store('sqlite:///{clone / 'mlflow.db'}');"
+        "runs = mlflow.search_runs(experiment_names=['noisydml-glyphs'], output_format='list');"
+        "print(json.dumps([[r.info.artifact_uri, [a.path for a in client.list_artifacts(r.info.run_id)]] for r in runs]))"
+    )
+    env = {**env, "MLFLOW_TRACKING_URI": f"sqlite:///{clone / 'mlflow.db'}"}
+    runs = json.loads(_run([sys.executable, "-c", code], clone, env).strip().splitlines()[-1])
+    assert runs and all(uri.startswith((clone / "mlartifacts").as_uri()) for uri, _ in runs), runs
+    assert all("history.csv" in artifacts for _, artifacts in runs), runs
 
 
 def test_report_shows_selection_and_training_time(repo):

@@ -212,6 +212,71 @@ def test_ctrl_c_cancels_the_running_stage_kills_its_process_and_leaves_it_stale(
     assert "slow" in status  # still stale: `dvc repro` or the next launch runs it
 
 
+def test_a_launcher_killed_outright_leaves_no_process_behind_and_dry_says_what_would_run(tmp_path):
+    """SIGKILL on the driver (no handler runs): its watchdog kills the local Ray instance (GCS, raylet, the agents
+    that ignore SIGTERM, the workers) and the stage's process. Counted: every process the driver recorded, and
+    every process whose command line names the instance's session. Then `--dry` names the stage still to run."""
+    import psutil
+
+    from noisydml.pipeline.rehearsal import stage_env
+
+    env = stage_env()
+    root = tmp_path / "toy"
+    root.mkdir()
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"slow": {"cmd": "sleep 600", "outs": ["s.txt"]}}}))
+    (root / "params.yaml").write_text("runtime: {threads: 1}\n")
+    run_command(["git", "init", "-q"], root, env)
+    run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    launcher = subprocess.Popen([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "1"], cwd=root, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record = root / ".runinfo" / "launch" / "ray-processes.json"
+    deadline, sleeper = time.time() + 120, None
+    while time.time() < deadline and sleeper is None:
+        time.sleep(0.3)
+        sleeper = next((p for p in psutil.Process(launcher.pid).children(recursive=True)
+                        if p.cmdline() == ["sleep", "600"]), None)
+    assert sleeper is not None and record.is_file()
+    time.sleep(1.5)  # the driver records the processes Ray started for the running stage
+    recorded = [psutil.Process(pid) for pid, _ in json.loads(record.read_text())["processes"] if psutil.pid_exists(pid)]
+    assert len(recorded) >= 4, recorded  # GCS, raylet, the agents, a worker
+    launcher.kill()
+    launcher.wait(timeout=30)
+    gone, alive = psutil.wait_procs([*recorded, sleeper], timeout=60)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+    assert not record.exists()  # reaped: the next launch has nothing to kill
+
+    dry = _launch(root, env, "--dry")
+    assert "would run  slow" in dry.stdout and "1 of 1 stages would run" in dry.stdout, dry.stdout
+    assert not (root / "s.txt").exists()
+
+
+def test_the_console_says_running_and_queued_apart_each_epoch_and_an_estimate():
+    from noisydml.pipeline.launch import epoch_lines
+
+    row = ("prism epoch 2/12:  74%|###| 74/100\r" + " " * 20 + "\repoch=2 loss=0.4866 lr=0.0002333 "
+           "diag_kept_fraction=0.5238 test_mean_average_precision_at_r=0.1 test_precision_at_1=0.5117 "
+           "epoch_seconds=2.9\n")
+    assert epoch_lines(row) == ["epoch 2, loss 0.4866, monitor P@1 51.2 (2.9 s)"]
+    assert epoch_lines("epoch=3 loss=0.5") == []  # a row still being written
+
+
+def test_a_run_that_went_untracked_is_said_on_the_console_and_counted(tmp_path):
+    """The stage's own warning (noisydml.tracking) is picked out of its log; the summary counts the stage."""
+    from noisydml.pipeline.launch import Outcome, tracking_warnings, write_summary
+    from noisydml.tracking import TRACKING_WARNING
+
+    log = tmp_path / "train@x.log"
+    log.write_text(f"epoch=1 loss=1 epoch_seconds=1\r{TRACKING_WARNING} start failed (OperationalError: table "
+                   "assessments already exists); the stage goes on without tracking\nepoch=2\n")
+    warnings = tracking_warnings(log)
+    assert len(warnings) == 1 and "already exists" in warnings[0]
+    write_summary(tmp_path, [Outcome("train@x", "ran", seconds=3.0, tracking_warnings=warnings),
+                             Outcome("train@y", "ran", seconds=4.0)], 10.0, 2, None)
+    summary = json.loads((tmp_path / ".runinfo/launch/summary.json").read_text())
+    assert summary["untracked_stages"] == ["train@x"]
+    assert json.loads((tmp_path / ".runinfo/launch/durations.json").read_text()) == {"train@x": 3.0, "train@y": 4.0}
+
+
 # ------------------------------------------------------------------------------------ two nodes, a grid, a kill
 
 

@@ -17,7 +17,7 @@ import pytest
 from dvc.utils.hydra import apply_overrides
 
 from noisydml.config import load_params, read_params_file
-from noisydml.pipeline.check import check_all
+from noisydml.pipeline.check import check_all, validate_all
 from noisydml.schema import ParamsError
 
 from conftest import REPO
@@ -37,6 +37,16 @@ def exp_commands(text: str, comment: str | None = None) -> list[str]:
     return commands
 
 
+def inline_fragments(text: str) -> list[str]:
+    """Inline code written as ``-S ...`` without the command (``-S '~chains' -S '+chains={}'``): each a set of
+    overrides a reader applies as it stands. Placeholders (``<key>``, ``=N``) are for the reader to fill in."""
+    out = []
+    for span in re.findall(r"`([^`\n]*)`", text):
+        if span.lstrip().startswith("-S ") and not re.search(r"<\w+>|=[A-Z]\b|\.\.\.", span):
+            out.append(span.strip())
+    return out
+
+
 def set_params(command: str) -> list[str]:
     """The ``-S`` values of one command line."""
     words = shlex.split(command)
@@ -53,6 +63,8 @@ def documented() -> dict[str, list[str]]:
             overrides = [o for o in set_params(command) if o != "..."]  # "dvc exp run -S ..." in prose
             if overrides:
                 out[f"{source}#{i}"] = overrides
+        for i, fragment in enumerate(inline_fragments(text) if comment is None else []):
+            out[f"{source}#inline{i}"] = set_params(fragment)
     return out  # the profiles' commands: tests/test_profiles.py applies each through DVC
 
 
@@ -64,11 +76,12 @@ def applied(tmp_path, overrides: list[str]) -> dict:
     path = tmp_path / "params.yaml"
     shutil.copy(REPO / "params.yaml", path)
     apply_overrides(path, overrides)
-    return check_all(load_params(path))
+    return validate_all(read_params_file(path))
 
 
 def test_the_documentation_has_examples():
     assert len([k for k in DOCUMENTED if k.startswith("README")]) >= 6
+    assert len([k for k in DOCUMENTED if "#inline" in k]) >= 4  # -S fragments without the command
     assert len([k for k in DOCUMENTED if k.startswith("params")]) >= 4
 
 

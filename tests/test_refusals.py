@@ -41,18 +41,76 @@ def _check(path: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_check_refuses_with_key_value_and_allowed(case, tmp_path):
     edit, expected = CASES[case]
-    yaml = YAML()
-    params = yaml.load((REPO / "params.yaml").read_text())
-    edit(params)
-    path = tmp_path / "params.yaml"
-    with path.open("w") as f:
-        yaml.dump(params, f)
+    path = _edited(tmp_path, edit)
     result = _check(path)
     assert result.returncode == 2, result.stdout + result.stderr
     message = result.stderr.strip()
     for part in expected:
         assert part in message, message
     assert message.count(str(path)) == 1 and "chains" not in message and "figures" not in message
+
+
+def _rename(*keys, new):
+    def edit(params):
+        section = params
+        for key in keys[:-1]:
+            section = section[key]
+        section[new] = section.pop(keys[-1])
+    return edit
+
+
+def _folder_dataset(params):
+    params["datasets"]["mine"] = {"kind": "folder", "root": "/no/such/folder", "image_size": 64, "channels": 3}
+    params["grid"]["datasets"] = ["glyphs", "mine"]
+
+
+#: The mistakes a new user made (issue 52's list), each with what its message must name.
+MISTAKES = {
+    **CASES,
+    "typo_in_a_method_key": (_rename("methods", "ms", "loss", "alpha", new="alhpa"),
+                             ["methods.ms.loss", "'alhpa'", "did you mean 'alpha'"]),
+    "near_miss_method": (lambda p: p["grid"]["methods"].append("prims"), ["'prims'", "did you mean 'prism'"]),
+    "unknown_key": (_set("evaluate", "max_kk", value=3), ["evaluate", "'max_kk'", "did you mean 'max_k'"]),
+    "lr_zero": (_set("train", "optimizer", "lr", value=0.0), ["train.optimizer.lr", "above 0"]),
+    "rate_as_percent": (_set("noise", "sym50", "rate", value=50), ["noise.sym50.rate", "fractions"]),
+    "rate_as_percent_text": (_set("noise", "sc50", "rate", value="50%"), ["noise.sc50.rate", "fractions"]),
+    "folder_root_missing": (_folder_dataset, ["datasets.mine.root", "/no/such/folder", "does not exist"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(set(MISTAKES) - set(CASES)))
+def test_each_mistake_alone_is_refused_naming_its_key(case, tmp_path):
+    edit, expected = MISTAKES[case]
+    result = _check(_edited(tmp_path, edit))
+    assert result.returncode == 2, result.stdout + result.stderr
+    for part in expected:
+        assert part in result.stderr, result.stderr
+
+
+def test_every_mistake_at_once_is_reported_at_once_each_naming_its_key(tmp_path):
+    """All the mistakes in one file: one run of `check` lists every one (the README says it validates everything
+    at once), each naming its key, the file named once."""
+    def edit(params):
+        for mistake, _ in MISTAKES.values():
+            mistake(params)
+
+    path = _edited(tmp_path, edit)
+    result = _check(path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    message = result.stderr
+    missing = {case: [part for part in expected if part not in message] for case, (_, expected) in MISTAKES.items()}
+    assert not {k: v for k, v in missing.items() if v}, message
+    assert message.count(str(path)) == 1 and "problems:" in message
+
+
+def _edited(tmp_path, edit) -> Path:
+    yaml = YAML()
+    params = yaml.load((REPO / "params.yaml").read_text())
+    edit(params)
+    path = tmp_path / "params.yaml"
+    with path.open("w") as f:
+        yaml.dump(params, f)
+    return path
 
 
 def test_a_key_written_twice_is_refused_naming_the_file_once(tmp_path):
@@ -85,7 +143,7 @@ def test_every_script_answers_help(script):
 
 
 def test_a_mistyped_profile_is_named_with_the_allowed_ones():
-    result = subprocess.run([sys.executable, "scripts/paper_profile.py", "show", "prism/no_such"], capture_output=True,
-                            text=True, cwd=REPO)
+    result = subprocess.run([sys.executable, "-m", "noisydml.pipeline.console", "profile", "show", "prism/no_such"],
+                            capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2 and "'prism/no_such'" in result.stderr and "prism/table1_cub" in result.stderr
     assert "Traceback" not in result.stderr

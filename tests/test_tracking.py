@@ -38,7 +38,7 @@ def test_experiment_artifacts_live_in_the_main_repo(tmp_path, monkeypatch):
     mlflow.set_tracking_uri(tracking_uri())
     first = experiment_id(mlflow.MlflowClient(), "exp")
     assert experiment_id(mlflow.MlflowClient(), "exp") == first  # idempotent
-    assert mlflow.get_experiment_by_name("exp").artifact_location == (tmp_path / "mlartifacts").as_uri()
+    assert mlflow.get_experiment_by_name("exp").artifact_location == (tmp_path / "mlartifacts").as_uri()  # the main repo's
     assert (tmp_path / "mlflow.db").is_file()
 
 
@@ -147,3 +147,92 @@ def test_no_tracking_thread_writes_the_environment(tmp_path, monkeypatch):
     environ = open(f"/proc/{noisydml.tracking._tracking_process.process.pid}/environ", "rb").read().split(b"\0")
     assert b"MLFLOW_DISABLE_TELEMETRY=true" in environ
     assert [w for w in writes if w[1] != "MainThread"] == []
+
+
+def test_stages_that_start_together_on_a_new_store_are_all_tracked(tmp_path, monkeypatch):
+    """Two stages opening a new SQLite store at once raced to create its schema and one run went untracked
+    ("table ... already exists"); the schema is now created under a file lock. Four tracking processes (as four
+    stages would start them) open a new store at the same moment, three times over: every run is tracked."""
+    import json
+    import subprocess
+    import sys
+
+    import mlflow
+
+    for attempt in range(3):
+        uri = f"sqlite:///{tmp_path / f'store{attempt}' / 'mlflow.db'}"
+        processes = [subprocess.Popen([sys.executable, "-m", "noisydml.tracking"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+                     for _ in range(4)]
+        for i, process in enumerate(processes):
+            process.stdin.write(json.dumps({"op": "start", "ticket": 0, "uri": uri, "experiment": "exp",
+                                            "run_name": f"run{i}", "params": {}, "tags": {}, "resume_id": None}) + "\n")
+            process.stdin.flush()
+        answers = [json.loads(process.stdout.readline()) for process in processes]
+        for process in processes:
+            process.stdin.close()
+            process.wait(timeout=60)
+        assert all(a["run_id"] for a in answers), answers
+        runs = mlflow.MlflowClient(uri).search_runs([mlflow.MlflowClient(uri).get_experiment_by_name("exp").experiment_id])
+        assert sorted(r.info.run_name for r in runs) == ["run0", "run1", "run2", "run3"]
+
+
+def _tracked_run_with(artifact):
+    """One run of experiment ``exp`` in the environment's store, ``artifact`` logged; its id."""
+    from noisydml.tracking import MlflowTracker
+
+    tracker = MlflowTracker("exp", "run", params={}, tags={})
+    tracker.start()
+    tracker.log_artifact(artifact)
+    run_id = tracker.run_id
+    tracker.end()
+    return run_id
+
+
+def test_artifacts_go_beside_the_store_whatever_the_working_directory(tmp_path, monkeypatch):
+    """A store's artifacts live in mlartifacts/ beside its database: a test's store (or any other URI) never writes
+    into the repository the process happens to run in."""
+    from noisydml.tracking import artifact_root
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "dvc.yaml").write_text("stages: {}\n")
+    monkeypatch.chdir(repo)
+    store = tmp_path / "elsewhere" / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    assert artifact_root() == (store.parent / "mlartifacts").as_uri()
+    assert artifact_root("http://127.0.0.1:5000") is None  # a server keeps its own
+    (repo / "note.txt").write_text("x")
+    run_id = _tracked_run_with(repo / "note.txt")
+    assert run_id and (store.parent / "mlartifacts" / run_id / "artifacts" / "note.txt").is_file()
+    assert not (repo / "mlartifacts").exists()
+
+
+def test_a_moved_store_opens_its_artifacts(tmp_path, monkeypatch):
+    """MLflow records absolute artifact locations: a repository copied or re-cloned with its mlflow.db and
+    mlartifacts/ (the original gone) opens its artifacts once the store is opened again (relocate_artifacts)."""
+    import shutil
+
+    import mlflow
+
+    from noisydml.tracking import open_store
+
+    first = tmp_path / "first"
+    first.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{first / 'mlflow.db'}")
+    (tmp_path / "history.csv").write_text("epoch,loss\n1,0.5\n")
+    run_id = _tracked_run_with(tmp_path / "history.csv")
+    import noisydml.tracking
+
+    noisydml.tracking._tracking_process = None  # its tracking process holds the first store open
+    moved = tmp_path / "moved"
+    shutil.copytree(first, moved)
+    shutil.rmtree(first)
+    client = open_store(f"sqlite:///{moved / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    assert run.info.artifact_uri == (moved / "mlartifacts" / run_id / "artifacts").as_uri()
+    assert client.get_experiment_by_name("exp").artifact_location == (moved / "mlartifacts").as_uri()
+    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="history.csv",
+                                                tracking_uri=f"sqlite:///{moved / 'mlflow.db'}",
+                                                dst_path=str(tmp_path / "out"))
+    assert open(local).read().startswith("epoch,loss")

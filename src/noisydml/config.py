@@ -26,8 +26,8 @@ from typing import Any, Mapping
 
 from noisydml.runtime import RUNTIME_SCHEMA
 from noisydml.schema import (
-    SECTION_OWNERS, Field, ParamsError, SectionCheck, _check_value, check_choice, check_name, check_section,
-    check_sha256, check_unique, mapping_or_empty, section_check,
+    SECTION_OWNERS, ErrorCollector, Field, ParamsError, ParamsErrors, SectionCheck, _check_value, check_choice,
+    check_name, check_section, check_sha256, check_unique, mapping_or_empty, section_check,
 )
 
 __all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_params"]
@@ -80,7 +80,7 @@ BATCH_SCHEMA = {
 }
 OPTIMIZER_SCHEMA = {
     "name": Field(str, "adam", choices=("adam", "adamw", "sgd")),
-    "lr": Field(float, 1e-3, min=0.0),
+    "lr": Field(float, 1e-3, above=0.0),
     "weight_decay": Field(float, 1e-4, min=0.0),
     "momentum": Field(float, 0.9, min=0.0, max=1.0, help="sgd only"),
     "betas": Field(list, [0.9, 0.999], item_type=float, min=0.0, max=1.0,
@@ -145,7 +145,7 @@ PRETRAIN_SCHEMA = {
     "image_size": Field(int, 32, min=8, help="side of the source images"),
     "epochs": Field(int, 15, min=1),
     "batch_size": Field(int, 128, min=2),
-    "lr": Field(float, 0.002, min=0.0, help="Adam, cosine schedule"),
+    "lr": Field(float, 0.002, above=0.0, help="Adam, cosine schedule"),
     "weight_decay": Field(float, 0.0001, min=0.0),
     "seed": Field(int, 0, min=0),
 }
@@ -254,7 +254,7 @@ def _check_timing(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> di
 
 
 def _bounds(f: Field) -> dict[str, Any]:
-    return {k: getattr(f, k) for k in ("min", "max", "choices") if getattr(f, k, None) is not None}
+    return {k: getattr(f, k) for k in ("min", "max", "above", "choices") if getattr(f, k, None) is not None}
 
 
 def _check_chains(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, dict]:
@@ -406,34 +406,47 @@ def _check_methods(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> d
 
 
 def _check_train(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``train`` and its sub-sections, every problem at once (a rule that reads a sub-section that failed is skipped)."""
     train = check_section(section, TRAIN_SCHEMA, "train")
-    train["batch"] = check_section(train["batch"], BATCH_SCHEMA, "train.batch")
-    train["optimizer"] = check_section(train["optimizer"], OPTIMIZER_SCHEMA, "train.optimizer")
-    if len(train["optimizer"]["betas"]) != 2:
-        raise ParamsError(f"train.optimizer.betas: {train['optimizer']['betas']!r}; allowed: two numbers "
-                          "[beta1, beta2] in [0, 1]")
-    train["schedule"] = check_section(train["schedule"], SCHEDULE_SCHEMA, "train.schedule")
-    train["input"] = check_section(train["input"], INPUT_SCHEMA, "train.input")
-    if train["input"]["resize"] < train["input"]["crop"]:
-        raise ParamsError(f"train.input.resize: {train['input']['resize']} is below train.input.crop "
-                          f"({train['input']['crop']}); allowed: {train['input']['crop']} or more")
-    if train["schedule"]["warmup_epochs"] >= train["epochs"]:
-        raise ParamsError(
-            f"train.schedule.warmup_epochs: {train['schedule']['warmup_epochs']} must be below "
-            f"train.epochs ({train['epochs']})"
-        )
-    check_model_selection(train, "train")
+    errors = ErrorCollector()
+    subsections = (("batch", BATCH_SCHEMA), ("optimizer", OPTIMIZER_SCHEMA), ("schedule", SCHEDULE_SCHEMA),
+                   ("input", INPUT_SCHEMA))
+    valid = set()
+    for key, schema in subsections:
+        with errors.check():
+            train[key] = check_section(train[key], schema, f"train.{key}")
+            valid.add(key)
+    with errors.check():
+        if "optimizer" in valid and len(train["optimizer"]["betas"]) != 2:
+            raise ParamsError(f"train.optimizer.betas: {train['optimizer']['betas']!r}; allowed: two numbers "
+                              "[beta1, beta2] in [0, 1]")
+    with errors.check():
+        if "input" in valid and train["input"]["resize"] < train["input"]["crop"]:
+            raise ParamsError(f"train.input.resize: {train['input']['resize']} is below train.input.crop "
+                              f"({train['input']['crop']}); allowed: {train['input']['crop']} or more")
+    with errors.check():
+        if "schedule" in valid and train["schedule"]["warmup_epochs"] >= train["epochs"]:
+            raise ParamsError(
+                f"train.schedule.warmup_epochs: {train['schedule']['warmup_epochs']} must be below "
+                f"train.epochs ({train['epochs']})"
+            )
+    with errors.check():
+        check_model_selection(train, "train")
     weights = p["weights"]
-    if train["pretrained"] in weights and weights[train["pretrained"]]["backbone"] != train["backbone"]:
-        raise ParamsError(f"train.pretrained: weights {train['pretrained']!r} are for backbone "
-                          f"{weights[train['pretrained']]['backbone']!r}, train.backbone is {train['backbone']!r}")
-    ranks, batch = p["runtime"]["processes"], train["batch"]
-    rows = batch["classes"] * batch["per_class"]
-    if rows % ranks:
-        divisors = [d for d in range(1, rows + 1) if rows % d == 0 and d <= 16]
-        raise ParamsError(f"runtime.processes: {ranks} ranks cannot split a batch of {rows} rows (train.batch: "
-                          f"{batch['classes']} classes x {batch['per_class']}) evenly; allowed: one of {divisors}, "
-                          "or a batch whose rows are a multiple of it")
+    with errors.check():
+        if train["pretrained"] in weights and weights[train["pretrained"]]["backbone"] != train["backbone"]:
+            raise ParamsError(f"train.pretrained: weights {train['pretrained']!r} are for backbone "
+                              f"{weights[train['pretrained']]['backbone']!r}, train.backbone is {train['backbone']!r}")
+    with errors.check():
+        if "batch" in valid:
+            ranks, batch = p["runtime"]["processes"], train["batch"]
+            rows = batch["classes"] * batch["per_class"]
+            if rows % ranks:
+                divisors = [d for d in range(1, rows + 1) if rows % d == 0 and d <= 16]
+                raise ParamsError(f"runtime.processes: {ranks} ranks cannot split a batch of {rows} rows (train.batch: "
+                                  f"{batch['classes']} classes x {batch['per_class']}) evenly; allowed: one of "
+                                  f"{divisors}, or a batch whose rows are a multiple of it")
+    errors.raise_if_any()
     return train
 
 
@@ -456,19 +469,24 @@ def _check_runtime(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> d
 
 def _check_grid(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
     """``grid``: every name must be defined in its section of the file (the sections themselves are validated by
-    the stages that load them)."""
+    the stages that load them); every problem at once."""
     grid = check_section(section, GRID_SCHEMA, "grid")
+    errors = ErrorCollector()
     for key, defined, what in (("datasets", "datasets", "dataset"), ("noises", "noise", "noise setting"),
                                ("methods", "methods", "method")):
-        if not grid[key]:
-            raise ParamsError(f"grid.{key}: must list at least one {what}")
-        check_unique(grid[key], f"grid.{key}")
-        names = list(raw[defined]) if isinstance(raw[defined], Mapping) else []
+        with errors.check():
+            if not grid[key]:
+                raise ParamsError(f"grid.{key}: must list at least one {what}")
+            check_unique(grid[key], f"grid.{key}")
+        names = list(raw[defined]) if isinstance(raw.get(defined), Mapping) else []
         for i, name in enumerate(grid[key]):
-            check_choice(name, names, f"grid.{key}[{i}]", what)
-    if not grid["seeds"]:
-        raise ParamsError("grid.seeds: [] trains nothing; allowed: a non-empty list of seeds, e.g. [0] or [0, 1, 2]")
-    check_unique(grid["seeds"], "grid.seeds")
+            with errors.check():
+                check_choice(name, names, f"grid.{key}[{i}]", what)
+    with errors.check():
+        if not grid["seeds"]:
+            raise ParamsError("grid.seeds: [] trains nothing; allowed: a non-empty list of seeds, e.g. [0] or [0, 1, 2]")
+        check_unique(grid["seeds"], "grid.seeds")
+    errors.raise_if_any()  # the rule below reads the noise settings the grid names
     _check_run_noises(grid, raw["noise"])
     return grid
 
@@ -533,23 +551,33 @@ def sections_with_needs(sections) -> list[str]:
 
 def validate_params(raw: Any, sections=None) -> dict[str, Any]:
     """Validate the shape of params.yaml and ``sections`` (top-level names; None: every section), with the
-    sections they need; return those sections only, validated, with defaults filled in.
+    sections they need; return those sections only, validated, with defaults filled in. Every problem found is
+    raised at once (:class:`noisydml.schema.ParamsErrors`; :func:`validate_sections`).
 
     A stage validates, and can read, only the sections it loads: what a registry owns inside them (a dataset's,
     a noise setting's or a method's own keys, the backbone name) is validated by the stage that uses it, with that
     registry, so a stage imports (and DVC tracks) only the code it runs. :func:`noisydml.pipeline.check.check_all`
-    validates everything at once, with the rules that span sections (``python -m noisydml.pipeline.check``; the
-    launcher, CI and the tests run it).
+    validates everything at once, with the rules that span sections (``noisydml check``; the launcher, CI and the
+    tests run it).
     """
+    p, errors = validate_sections(raw, sections)
+    errors.raise_if_any()
+    return p
+
+
+def validate_sections(raw: Any, sections=None) -> tuple[dict[str, Any], ErrorCollector]:
+    """:func:`validate_params`, keeping going: the sections that validated, and every problem found (a section
+    whose needed section failed is not checked: its problem is that one's)."""
+    errors = ErrorCollector()
     if not isinstance(raw, Mapping):
         raise ParamsError(f"params: expected a mapping at the top level, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(TOP_LEVEL))
-    if unknown:
-        raise ParamsError(f"params: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL)}")
+    for key in sorted(set(raw) - set(TOP_LEVEL)):
+        with errors.check():
+            check_choice(key, TOP_LEVEL, "params", "top-level key")
     for key in TOP_LEVEL:
         if key not in raw and key != "method_sets":  # named lists, for YAML anchors: may be left out
-            raise ParamsError(f"params: missing required section {key!r} (no hidden defaults: every section "
-                              "is written out in params.yaml)")
+            errors.messages.append(f"params: missing required section {key!r} (no hidden defaults: every section "
+                                   "is written out in params.yaml)")
     p: dict[str, Any] = {}
     wanted = sections_with_needs(TOP_LEVEL if sections is None else sections)
     for name in wanted:
@@ -557,8 +585,13 @@ def validate_params(raw: Any, sections=None) -> dict[str, Any]:
         key = check.source or name
         if check.source and check.source in wanted:
             continue  # the whole section is loaded too
-        p[key] = check.check(raw.get(key), p, raw)
-    return p
+        if name not in raw and name in TOP_LEVEL and name != "method_sets":
+            continue  # said above
+        if any((section_check(need).source or need) not in p for need in check.needs):
+            continue  # a section it reads failed: that one's problem is reported
+        with errors.check():
+            p[key] = check.check(raw.get(key), p, raw)
+    return p, errors
 
 
 def read_params_file(path: str | Path) -> Any:
@@ -587,6 +620,8 @@ def load_params(path: str | Path = "params.yaml", sections=None) -> dict[str, An
     raw = read_params_file(path)
     try:
         return validate_params(raw, sections)
+    except ParamsErrors as e:
+        raise ParamsErrors(e.messages, prefix=f"{path}: ") from None
     except ParamsError as e:
         raise ParamsError(f"{path}: {e}") from None
 

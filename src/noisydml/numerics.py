@@ -209,10 +209,11 @@ def verify(runtime: dict[str, Any]) -> dict[str, Any]:
     return taken
 
 
-def host_fingerprint(runtime: dict[str, Any]) -> dict[str, Any]:
+def host_fingerprint(runtime: dict[str, Any], environment: bool = False) -> dict[str, Any]:
     """What decides a stage's bits besides params, data and code: CPU (model, ISA flags, caches, usable cores),
     OS and C library, Python and library versions, and the numerics settings. ``id``: a digest of all of it;
-    two stages with the same ``id`` produce identical outputs."""
+    two stages with the same ``id`` produce identical outputs. ``environment``: every installed package's version
+    (with ``environment``; not in the id)."""
     info = _cpuinfo()
     flags = cpu_flags() or set()
     body = {
@@ -229,6 +230,11 @@ def host_fingerprint(runtime: dict[str, Any]) -> dict[str, Any]:
         "numerics": runtime["numerics"], "threads": runtime["threads"],
     }
     body["id"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+    # every installed distribution, for the record (requirements/ holds the lock); outside the id, which the
+    # packages above decide (another pip or pytest does not change a bit)
+    if environment:
+        body["environment"] = dict(sorted({d.metadata["Name"].lower(): d.version for d in metadata.distributions()
+                                           if d.metadata["Name"]}.items()))
     return body
 
 

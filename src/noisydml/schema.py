@@ -12,6 +12,8 @@ every message names the key, the value and what is allowed.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import functools
 import importlib
 import re
@@ -31,6 +33,56 @@ class ParamsError(ValueError):
     """A problem in params.yaml; the message names the key and the value."""
 
 
+#: At most this many problems are listed at once (the rest counted).
+MAX_ERRORS = 25
+
+
+class ParamsErrors(ParamsError):
+    """Several problems in params.yaml, each a :class:`ParamsError`'s message, found in one pass."""
+
+    def __init__(self, messages: Sequence[str], prefix: str = ""):
+        self.messages = list(dict.fromkeys(messages))  # in order, once each
+        self.prefix = prefix  # the file, named once
+        super().__init__(self.text(prefix))
+
+    def text(self, prefix: str = "") -> str:
+        if len(self.messages) == 1:
+            return prefix + self.messages[0]
+        shown = self.messages[:MAX_ERRORS]
+        more = len(self.messages) - len(shown)
+        return (f"{prefix}{len(self.messages)} problems:\n" + "\n".join(f"  - {m}" for m in shown)
+                + (f"\n  ... and {more} more" if more else ""))
+
+
+def messages_of(error: ParamsError) -> list[str]:
+    return list(error.messages) if isinstance(error, ParamsErrors) else [str(error)]
+
+
+class ErrorCollector:
+    """Runs checks one after another and keeps every :class:`ParamsError` they raise (``with errors.check():``),
+    so that one pass reports every problem; ``raise_if_any()`` raises them together."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    @contextlib.contextmanager
+    def check(self):
+        try:
+            yield
+        except ParamsError as e:
+            self.messages.extend(messages_of(e))
+
+    def raise_if_any(self) -> None:
+        if self.messages:
+            raise ParamsErrors(self.messages)
+
+
+def did_you_mean(value: Any, allowed: Sequence[Any]) -> str:
+    """``"; did you mean 'x'?"`` for a near miss among ``allowed`` (difflib), else ``""``."""
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 @dataclass(frozen=True)
 class Field:
     """One key of a params section: its type, default and allowed range."""
@@ -39,6 +91,8 @@ class Field:
     default: Any = _REQUIRED
     min: float | None = None
     max: float | None = None
+    #: An exclusive minimum (a learning rate: above 0).
+    above: float | None = None
     choices: Sequence[Any] | None = None
     #: For list fields: the type of every element.
     item_type: type | tuple[type, ...] | None = None
@@ -59,7 +113,8 @@ def _annotation(field: Field) -> Any:
     """The pydantic annotation of a declared field: its type(s), choices, bounds (of the value, or of every item
     of a list)."""
     bounds = [c for c in (None if field.min is None else annotated_types.Ge(field.min),
-                          None if field.max is None else annotated_types.Le(field.max)) if c is not None]
+                          None if field.max is None else annotated_types.Le(field.max),
+                          None if field.above is None else annotated_types.Gt(field.above)) if c is not None]
     if field.choices is not None:
         return Literal[tuple(field.choices)]
     if field.item_type is not None:
@@ -104,11 +159,16 @@ def _message(error: Mapping[str, Any], schema: Mapping[str, Field], where: str) 
     if kind == "missing":
         return f"{where}: missing required key {loc[0]!r}" + (f" ({field.help})" if field and field.help else "")
     if kind == "extra_forbidden":
-        return f"{where}: unknown key {loc[0]!r}; allowed keys: {', '.join(sorted(schema)) or '(none)'}"
+        return (f"{where}: unknown key {loc[0]!r}{did_you_mean(loc[0], list(schema))}; allowed keys: "
+                f"{', '.join(sorted(schema)) or '(none)'}")
     if kind == "greater_than_equal":  # the bound as declared (pydantic's ctx has it converted)
         return f"{path}: {value!r} is below the minimum {field.min if field else ctx['ge']}"
+    if kind == "greater_than":
+        return f"{path}: {value!r} is not allowed; allowed: above {field.above if field else ctx['gt']}"
     if kind == "less_than_equal":
-        return f"{path}: {value!r} is above the maximum {field.max if field else ctx['le']}"
+        return (f"{path}: {value!r} is above the maximum {field.max if field else ctx['le']}"
+                + (_RATE_HINT if _is_rate(loc) and field and field.max is not None and field.max <= 1
+                   and isinstance(value, (int, float)) and value > 1 else ""))
     if kind == "literal_error" and field is not None:
         return f"{path}: {value!r} is not allowed; allowed values: {', '.join(map(str, field.choices))}"
     if kind == "finite_number":
@@ -118,7 +178,16 @@ def _message(error: Mapping[str, Any], schema: Mapping[str, Field], where: str) 
     expected = field.item_type if field.item_type is not None and len(loc) > 1 else field.type
     # bool is an int subclass: say plainly that a YAML true is not a number
     suffix = "" if isinstance(value, bool) else f" ({type(value).__name__})"
-    return f"{path}: expected {_type_name(expected)}, got {value!r}{suffix}"
+    hint = _RATE_HINT if _is_rate(loc) and isinstance(value, str) and value.strip().endswith("%") else ""
+    return f"{path}: expected {_type_name(expected)}, got {value!r}{suffix}{hint}"
+
+
+#: Said where a rate (a fraction) was written as a percentage (50, or "50%").
+_RATE_HINT = "; rates are fractions: write 0.5 for 50%"
+
+
+def _is_rate(loc: tuple) -> bool:
+    return bool(loc) and isinstance(loc[0], str) and (loc[0] == "rate" or loc[0].endswith("_rate"))
 
 
 def _located(error: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,10 +197,16 @@ def _located(error: Mapping[str, Any]) -> dict[str, Any]:
     return {**error, "loc": loc}
 
 
-def _first_error(errors: list[Mapping[str, Any]]) -> Mapping[str, Any]:
-    """The error a reader fixes first: an unknown key (the first by name), then the first key in declared order."""
+def _in_order(errors: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The errors in the order a reader fixes them: unknown keys (by name: a typo is the likeliest cause of the
+    rest), then the others in declared order; one per key."""
     unknown = sorted((e for e in errors if e["type"] == "extra_forbidden"), key=lambda e: str(e["loc"][0]))
-    return unknown[0] if unknown else errors[0]
+    seen, out = set(), []
+    for error in [*unknown, *(e for e in errors if e["type"] != "extra_forbidden")]:
+        if error["loc"] not in seen:
+            seen.add(error["loc"])
+            out.append(error)
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,7 +237,7 @@ def check_section(
         validated = section_model(schema, allow_extra).model_validate(dict(section))
     except ValidationError as exc:
         errors = [_located(e) for e in exc.errors(include_url=False)]
-        raise ParamsError(_message(_first_error(errors), schema, where)) from None
+        raise ParamsErrors([_message(e, schema, where) for e in _in_order(errors)]) from None
     out = validated.model_dump(by_alias=True)
     if allow_extra:
         out.update({k: v for k, v in section.items() if k not in schema})
@@ -197,7 +272,8 @@ def check_name(name: Any, where: str) -> str:
 def check_choice(value: Any, allowed: Sequence[str], where: str, what: str) -> str:
     if value not in allowed:
         raise ParamsError(
-            f"{where}: unknown {what} {value!r}; allowed: {', '.join(sorted(allowed)) or '(none defined)'}"
+            f"{where}: unknown {what} {value!r}{did_you_mean(value, allowed)}; allowed: "
+            f"{', '.join(sorted(allowed)) or '(none defined)'}"
         )
     return value
 

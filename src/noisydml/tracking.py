@@ -4,19 +4,29 @@ The tracking URI defaults to an absolute ``sqlite:///<repo>/mlflow.db``
 (``MLFLOW_TRACKING_URI`` overrides it). ``dvc exp run --temp`` and queued
 experiments execute in a copy under ``<repo>/.dvc/tmp/exps/``; the URI still
 points at the main repository's database there, so those runs are kept.
+
+A SQLite store keeps its artifacts beside it, in ``mlartifacts/`` of the database's folder (whatever the working
+directory: a test's database keeps its artifacts with it, a temporary experiment's go to the main repository).
+MLflow records artifact locations as absolute paths; a store that moved with its repository (a copy, a re-clone
+that brought ``mlflow.db`` and ``mlartifacts/`` along) has its locations moved to where it now is the first
+time it is opened (:func:`relocate_artifacts`). The schema of a new SQLite store is created by one process at a
+time (:func:`open_store`: a file lock), so stages that start together never race to create it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 _EXPS_MARKER = os.sep + os.path.join(".dvc", "tmp", "exps") + os.sep
 
@@ -36,6 +46,17 @@ def repo_root(start: str | Path = ".") -> Path:
 
 def tracking_uri(start: str | Path = ".") -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root(start) / 'mlflow.db'}"
+
+
+#: How every line a stage prints about a run it could not track begins (the launcher echoes and counts them).
+TRACKING_WARNING = "warning: MLflow"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI, else None (a tracking server, another database)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(unquote(uri[len("sqlite:///"):].split("?", 1)[0])).absolute()
 
 
 def git_commit(cwd: str | Path = ".") -> str:
@@ -78,11 +99,8 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _retry_when_locked(fn, attempts: int = 6, delay: float = 0.5):
-    """Run ``fn``; retry while SQLite says the database is locked.
-
-    Parallel experiments (``dvc queue start -j N``) can race to create the schema of a new
-    ``mlflow.db``; the loser sees "database is locked" and succeeds a moment later.
-    """
+    """Run ``fn``; retry while SQLite says the database is locked (two writers at one moment; the schema's
+    creation is serialised apart, :func:`open_store`)."""
     for attempt in range(attempts):
         try:
             return fn()
@@ -92,22 +110,87 @@ def _retry_when_locked(fn, attempts: int = 6, delay: float = 0.5):
             time.sleep(delay * (2**attempt))
 
 
-def artifact_root(start: str | Path = ".") -> str:
-    """Where new experiments keep artifacts: the main repository's ``mlartifacts/`` (absolute, so
-    runs from ``dvc exp run --temp`` copies do not leave their artifacts in a deleted folder)."""
-    return (repo_root(start) / "mlartifacts").as_uri()
+def artifact_root(uri: str | None = None) -> str | None:
+    """Where new experiments of the store at ``uri`` (default: :func:`tracking_uri`) keep artifacts: a SQLite
+    store's ``mlartifacts/`` beside its database (absolute, so runs from ``dvc exp run --temp`` copies do not
+    leave their artifacts in a deleted folder, and a test's store keeps them in its own folder); None for a
+    tracking server (its own ``--artifacts-destination``)."""
+    db = sqlite_path(uri or tracking_uri())
+    return None if db is None else (db.parent / "mlartifacts").as_uri()
+
+
+@contextlib.contextmanager
+def _store_lock(db: Path):
+    """An exclusive lock on ``<db>.lock`` (fcntl; released when the process dies, however it dies)."""
+    import fcntl
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def relocate_artifacts(db: Path) -> int:
+    """Point a moved SQLite store's artifact locations at its own ``mlartifacts/``; the number of rows changed.
+
+    MLflow stores ``file://<folder>/mlartifacts`` per experiment and ``.../<run id>/artifacts`` per run, absolute;
+    when ``<folder>`` is not the database's folder (the store was copied or re-cloned with its artifacts) and the
+    artifacts are where they now belong (the experiment's runs' folders under this ``mlartifacts/``), the prefix is
+    rewritten (MLflow has no API to move an experiment's artifacts). Locations of other kinds (a server's, S3)
+    are left alone."""
+    if not db.is_file():
+        return 0
+    own = (db.parent / "mlartifacts").as_uri()
+    changed = 0
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as connection, connection:
+        try:
+            experiments = connection.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
+        except sqlite3.OperationalError:  # no schema yet
+            return 0
+        for experiment, location in experiments:
+            if not location or not location.startswith("file://") or not location.endswith("/mlartifacts") \
+                    or location == own:
+                continue
+            runs = connection.execute("SELECT run_uuid FROM runs WHERE experiment_id = ?", (experiment,)).fetchall()
+            if runs and not any((db.parent / "mlartifacts" / run).is_dir() for (run,) in runs):
+                continue  # the artifacts did not come along: leave the old location (it may still exist)
+            connection.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
+                               (own, experiment))
+            changed += 1 + connection.execute(
+                "UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE experiment_id = ? "
+                "AND artifact_uri LIKE ? || '/%'", (own, len(location) + 1, experiment, location)).rowcount
+    return changed
+
+
+def open_store(uri: str):
+    """An MLflow client of ``uri`` whose store exists: a new SQLite store's schema created under a file lock
+    (two stages starting together raced to create it, and one run went untracked: "table ... already exists"),
+    a moved one's artifact locations moved (:func:`relocate_artifacts`)."""
+    import mlflow
+
+    db = sqlite_path(uri)
+    if db is None:
+        return mlflow.MlflowClient(uri)
+    with _store_lock(db):
+        client = mlflow.MlflowClient(uri)
+        client.search_experiments(max_results=1)  # opens the store: creates or upgrades its schema
+        relocate_artifacts(db)
+    return client
 
 
 def experiment_id(client, name: str, artifacts: str | None = None) -> str:
-    """The id of experiment ``name``, created if missing with its artifacts in ``artifacts`` (default: the main
-    repository's, :func:`artifact_root`)."""
+    """The id of experiment ``name``, created if missing with its artifacts in ``artifacts`` (default: the
+    client's store's, :func:`artifact_root`)."""
     from mlflow.exceptions import MlflowException
 
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=artifacts or artifact_root())
+        return client.create_experiment(name, artifact_location=artifacts or artifact_root(client.tracking_uri))
     except MlflowException as e:  # created meanwhile by a parallel run
         if "already exists" not in str(e):
             raise
@@ -115,7 +198,7 @@ def experiment_id(client, name: str, artifacts: str | None = None) -> str:
 
 
 def _warning(what: str, error: Exception) -> str:
-    return (f"warning: MLflow {what} failed ({type(error).__name__}: {str(error)[:300]}); the stage goes on "
+    return (f"{TRACKING_WARNING} {what} failed ({type(error).__name__}: {str(error)[:300]}); the stage goes on "
             "without tracking (DVC outputs never depend on MLflow)")
 
 
@@ -133,9 +216,11 @@ class MlflowTracker:
     depends on MLflow.
     """
 
-    def __init__(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]):
+    def __init__(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str],
+                 root: str | Path = "."):
         self.experiment = experiment
         self.run_name = run_name
+        self.root = root  # the repository the run is written into: its store (tracking_uri(root)) tracks it
         # as text here: MLflow keeps a param as its str(); JSON on the way would turn a tuple into a list
         self.params = {key: str(value) for key, value in flatten(params).items()}
         self.tags = tags
@@ -146,9 +231,9 @@ class MlflowTracker:
 
     def start(self, run_id: str | None = None) -> None:
         self._process = tracking_process()
-        self._opening = self._send({"op": "start", "ticket": self._ticket, "uri": tracking_uri(),
+        self._opening = self._send({"op": "start", "ticket": self._ticket, "uri": tracking_uri(self.root),
                                     "experiment": self.experiment, "run_name": self.run_name, "params": self.params,
-                                    "tags": self.tags, "resume_id": run_id, "artifact_root": artifact_root()})
+                                    "tags": self.tags, "resume_id": run_id})
 
     @property
     def run_id(self) -> str | None:
@@ -225,14 +310,14 @@ class TrackingProcess:
             self.process.stdin.write(json.dumps(message) + "\n")
             return True
         except (BrokenPipeError, OSError, ValueError) as e:
-            print(f"warning: the MLflow tracking process is gone ({type(e).__name__}, exit code "
+            print(f"{TRACKING_WARNING}'s tracking process is gone ({type(e).__name__}, exit code "
                   f"{self.process.poll()}); the stage goes on without tracking")
             return False
 
     def receive(self) -> dict:
         line = self.process.stdout.readline()
         if not line:
-            return {"messages": [f"warning: the MLflow tracking process exited (code {self.process.wait()}) before "
+            return {"messages": [f"{TRACKING_WARNING}'s tracking process exited (code {self.process.wait()}) before "
                                  "answering; the stage goes on without tracking"]}
         return json.loads(line)
 
@@ -250,17 +335,15 @@ def tracking_process() -> TrackingProcess:
 
 @functools.cache
 def client_for(uri: str):
-    """One MLflow client per tracking URI and process (its store opens the database once)."""
-    import mlflow
-
-    return mlflow.MlflowClient(uri)
+    """One MLflow client per tracking URI and process (its store opens the database once, :func:`open_store`)."""
+    return open_store(uri)
 
 
 def _open_run(client, message: dict, say) -> str:
     """Open (or, given ``resume_id``, re-open) the run ``message`` describes and log its params; its id."""
     from mlflow.entities import Param
 
-    exp = _retry_when_locked(lambda: experiment_id(client, message["experiment"], message["artifact_root"]))
+    exp = _retry_when_locked(lambda: experiment_id(client, message["experiment"]))
     resume_id = message["resume_id"]
     if resume_id is not None:
         try:
@@ -304,8 +387,8 @@ def serve(lines, answer) -> None:
             elif op == "end":
                 client.set_terminated(run_id, message["status"])
         except ImportError as e:  # a machine without MLflow (a GPU machine given only the training path's wheels)
-            said.append(f"note: MLflow is not installed here ({e}); this run is not tracked (pip install mlflow); "
-                        "its DVC outputs are the same")
+            said.append(f"{TRACKING_WARNING} is not installed here ({e}); this run is not tracked (pip install "
+                        "mlflow); its DVC outputs are the same")
             run_id = None
         except Exception as e:  # noqa: BLE001 - tracking must never stop a stage
             said.append(_warning("start" if op == "start" else "end_run" if op == "end" else f"log_{op}", e))
@@ -318,8 +401,10 @@ def serve(lines, answer) -> None:
                 run_id = None
 
 
-def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Path] = ()) -> bool:
-    """Add final metrics and artifacts to a finished run (the evaluate stage). Best effort: False if not logged."""
+def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Path] = (),
+               root: str | Path = ".") -> bool:
+    """Add final metrics and artifacts to a finished run (the evaluate stage) in the store of the repository at
+    ``root``. Best effort: False if not logged."""
     if not run_id:
         print("note: no MLflow run recorded for this training run (trained elsewhere or untracked); "
               "final metrics are not logged to MLflow")
@@ -330,7 +415,9 @@ def log_to_run(run_id: str | None, metrics: dict[str, float], artifacts: list[Pa
     try:
         import mlflow
 
-        mlflow.set_tracking_uri(tracking_uri())
+        uri = tracking_uri(root)
+        open_store(uri)
+        mlflow.set_tracking_uri(uri)
         with mlflow.start_run(run_id=run_id):
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
             for path in artifacts:

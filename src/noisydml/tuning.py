@@ -30,6 +30,7 @@ trial of the chain's own step on them; the tuned run ``<name>_tuned`` (stage
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 from typing import Any, Mapping
 
@@ -71,9 +72,12 @@ def value_at(params: Mapping[str, Any], path: tuple[str, ...], where: str) -> An
     node: Any = params
     for i, part in enumerate(path):
         if not isinstance(node, Mapping) or part not in node:
+            near = difflib.get_close_matches(part, list(node), n=1, cutoff=0.75) if isinstance(node, Mapping) else []
+            typo = (f"; {'.'.join(path[:i])} has {near[0]!r} instead: if that is a typo of {part!r}, fix it there "
+                    f"({'.'.join((*path[:i], near[0]))})") if near else ""
             raise ParamsError(f"{where}: {'.'.join(path)} is not a key of params.yaml (no {part!r} in "
-                              f"{'.'.join(path[:i]) or 'the top level'}); a space key is train.<key> or a key of "
-                              f"methods.<method>, e.g. train.optimizer.lr or loss.alpha")
+                              f"{'.'.join(path[:i]) or 'the top level'}){typo}; a space key is train.<key> or a key "
+                              f"of methods.<method>, e.g. train.optimizer.lr or loss.alpha")
         node = node[part]
     return node
 

@@ -160,7 +160,7 @@ class LRADiffusion(Method):
     def decisions(self) -> Decisions | None:
         if bool((self.sampled < 0).any()):
             return None
-        given = torch.as_tensor(self.setup.train_labels)[:, None]
+        given = torch.tensor(self.setup.train_labels)[:, None]
         agreement = (self.neighbour_labels.cpu() == given).float().mean(1).numpy()
         return Decisions(pseudo_labels=self.sampled.cpu().numpy(), confidence=agreement)
 

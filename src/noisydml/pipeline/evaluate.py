@@ -120,7 +120,7 @@ def _log_final(params: dict, dataset: str, noise: str, name: str, seed: int, res
     if info.get("fingerprint") not in (None, run_info.get("fingerprint")):
         info = {}  # the run info of another training of this run
     log_to_run(info.get("mlflow_run_id"), {f"final_{k}": v for k, v in result["metrics"].items()},
-               [layout.metrics(dataset, noise, name, seed), layout.curves(dataset, noise, name, seed)])
+               [layout.metrics(dataset, noise, name, seed), layout.curves(dataset, noise, name, seed)], root=layout.root)
 
 
 def evaluate(params: dict, dataset: str, layout: Layout = Layout(), log_to_mlflow: bool = True) -> list[dict]:

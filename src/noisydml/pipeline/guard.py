@@ -1,6 +1,6 @@
 """CI's guard after a `dvc repro` of the committed params: what changed, and whether that is a failure.
 
-    python -m noisydml.pipeline.guard [--tolerance .ci/tolerance.yaml] [--summary FILE]
+    noisydml guard [--tolerance .ci/tolerance.yaml] [--summary FILE]
 
 It fails (exit 1) when
 
@@ -230,7 +230,8 @@ def verdict(committed: dict, regenerated: dict, tolerance: dict[str, dict[str, f
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="noisydml guard", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tolerance", type=Path, default=TOLERANCE, help=f"default: {TOLERANCE}")
     parser.add_argument("--base", default="HEAD", help="the commit whose committed results are compared (HEAD)")
     parser.add_argument("--summary", type=Path, help="also append the verdict (Markdown) to this file")

@@ -1,4 +1,4 @@
-"""Run the pipeline's stale stages at once on a Ray cluster: ``python -m noisydml.pipeline.launch -j N``.
+"""Run the pipeline's stale stages at once on a Ray cluster: ``noisydml launch -j N``.
 
 DVC has no parallel ``dvc repro``. This launcher asks DVC (its Python API: the stage graph and each stage's
 ``changed()``) which stages are stale, runs each stage's command as a Ray task once every stage it depends on is
@@ -206,6 +206,7 @@ class Outcome:
     seconds: float = 0.0
     detail: str = ""
     ended_at: float = 0.0  # seconds since the epoch (the summary's timeline)
+    tracking_warnings: list = field(default_factory=list)  # lines of its log saying a run went untracked
 
 
 @dataclass
@@ -215,6 +216,7 @@ class Running:
     submitted: float
     log: Path
     started: float | None = None  # when its task began (its log appeared)
+    read: int = 0  # how much of its log the driver has read (epoch lines)
 
 
 @dataclass
@@ -287,6 +289,48 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def tracking_warnings(log: Path) -> list[str]:
+    """The lines of a stage's log that say a training run went untracked (noisydml.tracking's warnings)."""
+    from noisydml.tracking import TRACKING_WARNING
+
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line.strip() for line in re.split(r"[\r\n]", text) if line.strip().startswith(TRACKING_WARNING)]
+
+
+def epoch_lines(text: str) -> list[str]:
+    """The trainer's per-epoch rows in a piece of a stage's log (``epoch=N loss=... epoch_seconds=S``, between
+    progress bars' carriage returns), each as one short line: epoch, loss, monitoring P@1 when logged, seconds."""
+    lines = []
+    for segment in re.split(r"[\r\n]", text):
+        segment = segment.strip()
+        if not segment.startswith("epoch=") or "epoch_seconds=" not in segment:
+            continue
+        row = dict(item.split("=", 1) for item in segment.split() if "=" in item)
+        short = [f"epoch {row['epoch']}", f"loss {row.get('loss', '-')}"]
+        if "test_precision_at_1" in row:
+            short.append(f"monitor P@1 {float(row['test_precision_at_1']) * 100:.1f}")
+        if "val_precision_at_1" in row:
+            short.append(f"validation P@1 {float(row['val_precision_at_1']) * 100:.1f}")
+        lines.append(", ".join(short) + f" ({row['epoch_seconds']} s)")
+    return lines
+
+
+def last_durations(root: Path) -> dict[str, float]:
+    """Seconds each stage took when it last ran (earlier launches' summaries, ``.runinfo/launch/durations.json``)."""
+    try:
+        return json.loads((root / LOG_DIR / "durations.json").read_text())
+    except (OSError, ValueError):
+        pass
+    try:  # a repository launched before durations.json existed: its last summary
+        stages = json.loads((root / LOG_DIR / "summary.json").read_text())["stages"]
+        return {s["stage"]: s["seconds"] for s in stages if s["status"] == "ran"}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def _record(stage, run_cache: bool) -> None:
     """What ``Stage.run`` and ``dvc repro`` do once a stage's outputs are in place (under DVC's lock), but for
     its ``dvc.lock`` entry (:class:`LockWriter`): hash and cache them (and the run, with ``run_cache``)."""
@@ -354,7 +398,8 @@ class Launcher:
     """Schedules a :class:`Plan` on Ray and keeps ``dvc.lock`` up to date, one stage at a time."""
 
     def __init__(self, repo, runtime: dict, *, tracking_uri: str | None, retries: int, warm: bool = True,
-                 shared_cores: bool = True, echo=print):
+                 shared_cores: bool = True, echo=print, slots: int = 1, durations: dict | None = None,
+                 epochs: bool = True):
         import ray
 
         self.ray = ray
@@ -370,6 +415,9 @@ class Launcher:
         self.task = ray.remote(run_stage_command)
         self.outcomes: dict[Any, Outcome] = {}
         self.lock_writer = LockWriter(repo, already_written=0)
+        self.slots = slots  # stages at once (the estimate divides by it)
+        self.durations = durations or {}  # seconds each stage took when it last ran (the estimate)
+        self.epochs = epochs  # echo each running stage's epochs
 
     def _start(self, stage) -> Running | Outcome:
         """Prepare ``stage`` under DVC's lock as ``dvc repro`` does; a run-cache hit is restored here, otherwise
@@ -403,14 +451,40 @@ class Launcher:
         """Record a finished command: its outputs saved and cached and its ``dvc.lock`` entry written, as
         ``dvc repro`` does after running it."""
         stage = running.stage
+        warnings = tracking_warnings(running.log)
         if result["returncode"] != 0:
             return Outcome(stage.addressing, "failed", result["host"], result["seconds"],
-                           f"exit {result['returncode']}; log {running.log}")
+                           f"exit {result['returncode']}; log {running.log}", tracking_warnings=warnings)
         with self.repo.lock:
             no_cache_outs = any(not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot))
             _record(stage, run_cache=not no_cache_outs)
         self.lock_writer.add(stage)
-        return Outcome(stage.addressing, "ran", result["host"], result["seconds"])
+        return Outcome(stage.addressing, "ran", result["host"], result["seconds"], tracking_warnings=warnings)
+
+    def _echo_epochs(self, item: Running) -> None:
+        """One short line per epoch a running stage finished since the last look at its log."""
+        try:
+            with open(item.log, errors="replace") as f:
+                f.seek(item.read)
+                text = f.read()
+        except OSError:
+            return
+        cut = max(text.rfind("\n"), text.rfind("\r")) + 1  # a row still being written waits for the next look
+        item.read += len(text[:cut].encode())
+        for line in epoch_lines(text[:cut]):
+            self.echo(f"epoch      {item.stage.addressing}: {line}")
+
+    def estimate(self, waiting: list, running: dict) -> str:
+        """What is left by the last durations of the stages not finished (divided by the slots), or ''."""
+        now = time.time()
+        known = [self.durations.get(s.addressing) for s in waiting] + [
+            max(0.0, self.durations[r.stage.addressing] - (now - (r.started or now))) if r.stage.addressing in
+            self.durations else None for r in running.values()]
+        if not any(k is not None for k in known):
+            return ""
+        left = sum(k or 0.0 for k in known) / max(1, self.slots)
+        unknown = sum(k is None for k in known)
+        return f", ~{left / 60:.1f} min left by the last durations" + (f" ({unknown} unknown)" if unknown else "")
 
     def run(self, the_plan: Plan) -> list[Outcome]:
         """Run ``the_plan``; every stage recorded is in ``dvc.lock`` when this returns or raises."""
@@ -452,6 +526,8 @@ class Launcher:
                     if item.started is None and item.log.exists():
                         item.started = time.time()
                         self.echo(f"running    {item.stage.addressing}")
+                    if item.started is not None and self.epochs:
+                        self._echo_epochs(item)
                 if self.lock_writer.due(idle=not done):
                     self.lock_writer.write()
                 for ref in done:
@@ -461,14 +537,20 @@ class Launcher:
                     except Exception as e:  # noqa: BLE001 - retries exhausted, node lost: the stage failed
                         result = {"returncode": -1, "host": "-", "seconds": time.time() - item.submitted,
                                   "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    if self.epochs and item.started is not None:
+                        self._echo_epochs(item)
                     outcome = self._finish(item, result)
                     if "error" in result:
                         outcome.detail = result["error"]
                     outcome.ended_at = time.time()
                     self.outcomes[item.stage] = outcome
                     finished = sum(o.status in ("ran", "failed") for o in self.outcomes.values())
+                    started = sum(r.started is not None for r in running.values())
                     self.echo(f"{outcome.status:<10} {outcome.stage} on {outcome.host} in {outcome.seconds:.1f} s"
-                              f" [{finished} finished, {len(running)} running, {len(waiting)} waiting of {total}]")
+                              f" [{finished} finished, {started} running, {len(running) - started} queued, "
+                              f"{len(waiting)} waiting of {total}{self.estimate(waiting, running)}]")
+                    for line in outcome.tracking_warnings:  # an untracked run is said on the console, not only in its log
+                        self.echo(f"  UNTRACKED {outcome.stage}: {line}")
                     if outcome.status == "failed":
                         self.echo("\n".join([f"  {outcome.detail}", *("  | " + line for line in
                                                                        _tail(item.log).splitlines())]))
@@ -499,13 +581,93 @@ def summary_table(outcomes: list[Outcome]) -> str:
 
 
 def write_summary(root: Path, outcomes: list[Outcome], wall: float, jobs: int | None, address: str | None) -> Path:
+    """``summary.json`` of this launch, and ``durations.json``: each stage's seconds the last time it ran (the
+    next launch's estimate)."""
     path = root / LOG_DIR / "summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"wall_seconds": wall, "jobs": jobs, "address": address,
-                               "stages": [o.__dict__ for o in outcomes]}, indent=1) + "\n")
-    tmp.replace(path)
+    untracked = sorted({o.stage for o in outcomes if o.tracking_warnings})
+    _write_json(path, {"wall_seconds": wall, "jobs": jobs, "address": address, "untracked_stages": untracked,
+                       "stages": [o.__dict__ for o in outcomes]})
+    durations = last_durations(root)
+    durations.update({o.stage: round(o.seconds, 1) for o in outcomes if o.status == "ran"})
+    _write_json(root / LOG_DIR / "durations.json", durations)
     return path
+
+
+def _write_json(path: Path, value) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=1) + "\n")
+    tmp.replace(path)
+
+
+#: The local Ray instance's processes (pid, start time) as last seen by its driver: what a watchdog, or the next
+#: launch, kills when the driver died without shutting Ray down.
+RAY_PROCESSES = LOG_DIR / "ray-processes.json"
+
+
+def record_ray_processes(root: Path) -> None:
+    """Write every process below this driver (Ray's GCS, raylet, agents, workers) to :data:`RAY_PROCESSES`."""
+    import psutil
+
+    try:
+        children = psutil.Process().children(recursive=True)
+        _write_json(root / RAY_PROCESSES, {"driver": os.getpid(),
+                                           "processes": [[c.pid, c.create_time()] for c in children]})
+    except (psutil.Error, OSError):
+        pass
+
+
+def reap_ray_processes(root: Path) -> int:
+    """Kill what a driver that died left of its local Ray instance (:data:`RAY_PROCESSES`; a process is killed only
+    when its pid and start time both match: a pid reused since is left alone). SIGKILL: Ray's dashboard and
+    runtime-env agents ignore SIGTERM once their raylet is gone. Returns how many were killed."""
+    import psutil
+
+    path = root / RAY_PROCESSES
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return 0
+    if psutil.pid_exists(record.get("driver", -1)) and record["driver"] != os.getpid() and \
+            _is_launch_driver(record["driver"]):
+        return 0  # its driver is alive: a launch is running here
+    killed = []
+    for pid, started in record.get("processes", []):
+        if pid == os.getpid():  # the watchdog is the driver's child too
+            continue
+        try:
+            process = psutil.Process(pid)
+            if abs(process.create_time() - started) < 0.01:
+                process.kill()
+                killed.append(process)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(killed, timeout=10)
+    path.unlink(missing_ok=True)
+    return len(killed)
+
+
+def _is_launch_driver(pid: int) -> bool:
+    import psutil
+
+    try:
+        return any("noisydml" in part for part in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+
+
+def start_watchdog(root: Path):
+    """A process that outlives this driver by a moment: when the driver dies (however: SIGKILL included, the pipe
+    it holds closes), it kills what the driver left of its local Ray instance (:func:`reap_ray_processes`)."""
+    read, write = os.pipe()
+    code = ("import os, sys, time; from pathlib import Path;"
+            "from noisydml.pipeline.launch import reap_ray_processes;"
+            f"os.read({read}, 1); time.sleep(0.5); reap_ray_processes(Path(sys.argv[1]))")
+    watchdog = subprocess.Popen([sys.executable, "-c", code, str(root)], pass_fds=(read,), start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(read)
+    return watchdog, write
 
 
 def init_ray(local_cpus: int, address: str | None):
@@ -523,8 +685,9 @@ def init_ray(local_cpus: int, address: str | None):
     return ray
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m noisydml.pipeline.launch", description=__doc__,
+def build_parser() -> argparse.ArgumentParser:
+    """``noisydml launch``'s options (the tests parse every documented launch command with it)."""
+    parser = argparse.ArgumentParser(prog="noisydml launch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("targets", nargs="*", help="stages (as `dvc repro` takes them) and what they need; "
                                                    "default: the whole pipeline")
@@ -547,7 +710,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="apply to params.yaml first, as `dvc exp run -S` does (DVC's own code: Hydra's grammar, "
                              "`+key=` for a new key); the file stays changed, as in the workspace after "
                              "`dvc exp run -S`; repeatable")
+    parser.add_argument("--dry", action="store_true",
+                        help="say which stages would run (stale now, or downstream of one) and the estimate from the "
+                             "last launch's durations; run nothing")
+    parser.add_argument("--quiet-epochs", action="store_true",
+                        help="no line per finished epoch of each running training stage (they stay in its log)")
     parser.add_argument("--params", default="params.yaml")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs is not None and args.address:
         parser.error("-j/--jobs sizes a local Ray instance; a cluster's size is its `ray start` options")
@@ -565,10 +738,10 @@ def main(argv: list[str] | None = None) -> int:
         from dvc.utils.hydra import apply_overrides
 
         apply_overrides(args.params, args.set_param)
-        from noisydml.config import load_params
-        from noisydml.pipeline.check import check_all
+        from noisydml.pipeline.check import validate_all
 
-        check_all(load_params(args.params))  # an override the schema refuses stops the launch before anything runs
+        # an override the schema refuses stops the launch before anything runs (every problem at once)
+        validate_all(read_params_file(args.params), files=Path(args.params).resolve().parent)
     runtime = runtime_settings(read_params_file(args.params).get("runtime"))
     from noisydml.numerics import usable_cores
 
@@ -578,8 +751,20 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     logging.getLogger("dvc").setLevel(logging.WARNING)  # DVC's "Updating lock file" lines between ours
     repo = Repo(".")
+    root = Path(repo.root_dir)
     the_plan = plan(repo, args.targets)
+    durations = last_durations(root)
+    if args.dry:
+        with repo.lock:
+            return dry_run(the_plan, durations, jobs if not args.address else None)
+    if not args.address and (reaped := reap_ray_processes(root)):
+        print(f"launch: killed {reaped} process(es) left by a launcher that died before shutting Ray down", flush=True)
+    create_store(args.tracking_uri)
+    if not args.address:
+        watchdog, watchdog_pipe = start_watchdog(root)
     ray = init_ray(local_cpus, args.address)
+    if not args.address:
+        record_ray_processes(root)
     # Ctrl-C, and SIGTERM (Slurm's end of a job's time, `kill`): cancel the running stages, record the finished
     # ones. Set after ray.init (it replaces the SIGTERM handler) and explicitly: a process started with SIGINT
     # ignored (a batch system, a test runner's worker) would otherwise never see Ctrl-C.
@@ -587,8 +772,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     where = args.address or f"this machine, {jobs} at once"
     print(f"launch: {len(the_plan.order)} stages in the graph; Ray on {where}", flush=True)
+    def echo(line: str) -> None:
+        print(line, flush=True)
+        if not args.address and line.startswith("running "):  # Ray starts agents and workers as stages start
+            record_ray_processes(root)
+
     launcher = Launcher(repo, runtime, tracking_uri=args.tracking_uri, retries=args.retries,
-                        warm=not args.fresh_processes, echo=lambda line: print(line, flush=True),
+                        warm=not args.fresh_processes, echo=echo, slots=jobs if not args.address else 1,
+                        durations=durations, epochs=not args.quiet_epochs,
                         # a cluster's nodes may run several tasks on shared cores; here: -j runs of their threads
                         shared_cores=bool(args.address) or local_cpus > cores)
     interrupted = False
@@ -601,9 +792,17 @@ def main(argv: list[str] | None = None) -> int:
               "the rest, training runs resume from their checkpoints", flush=True)
     finally:
         ray.shutdown()
+        if not args.address:
+            reap_ray_processes(root)  # what shutdown left (nothing, normally)
+            os.close(watchdog_pipe)
+            watchdog.wait(timeout=30)
     wall = time.time() - started
     print(summary_table(outcomes))
-    write_summary(Path(repo.root_dir), outcomes, wall, None if args.address else jobs, args.address)
+    write_summary(root, outcomes, wall, None if args.address else jobs, args.address)
+    untracked = [o.stage for o in outcomes if o.tracking_warnings]
+    if untracked:
+        print(f"launch: WARNING {len(untracked)} stage(s) could not track their run in MLflow (their outputs are "
+              f"complete; their warnings are above and in their logs): {', '.join(untracked)}", file=sys.stderr)
     if interrupted:
         return 130
     failed = [o.stage for o in outcomes if o.status == "failed"]
@@ -616,14 +815,49 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> int:
+def create_store(uri: str | None) -> None:
+    """Create a new SQLite MLflow store before any stage starts (its schema once; the stages' own opening is also
+    serialised, noisydml.tracking.open_store): nothing to do when it exists or is a server."""
+    from noisydml.tracking import sqlite_path, tracking_uri
+
+    db = sqlite_path(uri or tracking_uri())
+    if db is None or db.exists():
+        return
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    try:
+        from noisydml.tracking import open_store
+
+        open_store(str(uri or tracking_uri()))
+    except Exception as e:  # noqa: BLE001 - the stages warn again, each, on the console
+        print(f"launch: warning: could not create the MLflow store {db} ({type(e).__name__}: {str(e)[:200]})",
+              flush=True)
+
+
+def dry_run(the_plan: Plan, durations: dict, jobs: int | None) -> int:
+    """``--dry``: the stages that would run (stale now, or needing one that would), the estimate; nothing runs."""
+    would: list = []
+    for stage in the_plan.order:  # upstream first
+        if any(n in would for n in the_plan.needs[stage]) or stage.changed():
+            would.append(stage)
+    known = [durations.get(s.addressing) for s in would]
+    for stage, seconds in zip(would, known):
+        print(f"would run  {stage.addressing}" + (f" (last {seconds:.0f} s)" if seconds is not None else ""))
+    left = sum(k or 0.0 for k in known) / max(1, jobs or 1)
+    unknown = sum(k is None for k in known)
+    print(f"launch --dry: {len(would)} of {len(the_plan.order)} stages would run (a run-cache hit is restored instead); "
+          + (f"~{left / 60:.1f} min at {jobs or 1} at once by the last durations"
+             + (f", {unknown} stage(s) never measured" if unknown else "") if would else "nothing to do"))
+    return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
     """``main`` with known errors (bad params, no Ray, DVC's refusals) as one line and exit status 2."""
     from dvc.exceptions import DvcException
 
     from noisydml.schema import ParamsError
 
     try:
-        return main()
+        return main(argv)
     except (ParamsError, LaunchError, DvcException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

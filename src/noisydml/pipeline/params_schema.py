@@ -5,7 +5,7 @@ language server, then completes keys, shows each key's help and marks a wrong ty
 
 ``python -m noisydml.pipeline.params_schema`` writes it (a generated file, not committed: it follows the methods,
 kinds and studies present); a test checks params.yaml against it. What a schema cannot say (checks across keys, such as a chain's upstream being in the
-grid) is checked at load time only (``python -m noisydml.pipeline.check``).
+grid) is checked at load time only (``noisydml check``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def params_json_schema() -> dict[str, Any]:
     chain = _section(config.CHAIN_SCHEMA, "chain", {
         "init": _section(config.CHAIN_INIT_SCHEMA, "chain.init"),
         "labels": _section(config.CHAIN_LABELS_SCHEMA, "chain.labels"),
-        "train": {**_section({k: Field(f.type, None, min=f.min, max=f.max, choices=f.choices)
+        "train": {**_section({k: Field(f.type, None, min=f.min, max=f.max, above=f.above, choices=f.choices)
                               for k, f in chain_train.items()}, "chain.train"), "required": []}})
     chain["properties"]["seeds"] = {"anyOf": [{"const": "grid"}, {"type": "array", "items": {"type": "integer",
                                                                                              "minimum": 0}}],

@@ -1,6 +1,6 @@
 """Rehearse a paper profile: its exact ``dvc exp run -S`` overrides, through real DVC, on a miniature stand-in.
 
-``python scripts/paper_profile.py rehearse prism/table3_cars98n`` copies the working tree into a temporary
+``noisydml profile rehearse prism/table3_cars98n`` copies the working tree into a temporary
 git + DVC repository, builds for every dataset of the profile a miniature in the dataset's *own* layout (CUB's
 four lists, Cars196's ``cars_annos.mat``, SOP's ``Ebay_*.txt``, In-Shop's partition file, Food-101N's tsv files,
 CARS-98N's URL list) and, for the weights the profile names, randomly initialised backbones saved in the
@@ -216,6 +216,26 @@ def food101n() -> Miniature:
     food["food-101/meta/train.txt"] = _lines(train_txt)
     food["food-101/meta/test.txt"] = _lines(test_txt)
     return Miniature({"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)}, _split_counts())
+
+
+#: The dataset kinds a rehearsal builds a miniature of.
+MINIATURE_KINDS = ("cub200", "cars196", "sop", "inshop", "food101n", "cars98n")
+
+
+def why_not_rehearsable(profile: dict) -> str | None:
+    """Why a profile (``load_profiles()[name]``) cannot be rehearsed, or None: a dataset with no miniature, or noise
+    from the PRISM authors' published lists (they name the real datasets' files)."""
+    from noisydml.pipeline.profiles import params_after
+
+    params = params_after(profile["set"])
+    for name in params["grid"]["datasets"]:
+        if params["datasets"][name]["kind"] not in MINIATURE_KINDS:
+            return f"dataset {name!r} is of kind {params['datasets'][name]['kind']!r}, which has no miniature"
+    for noise in params["grid"]["noises"]:
+        if params["noise"][noise]["kind"] == "published_list":
+            return (f"noise {noise!r} is the PRISM authors' published lists, which name the real datasets' files "
+                    "(a miniature has none of them)")
+    return None
 
 
 def miniature(kind: str, base_url: str) -> Miniature:

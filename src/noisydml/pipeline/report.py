@@ -47,7 +47,7 @@ GRID_KINDS = ("grid", "chain", "tuned")
 
 def report(params: dict, layout: Layout = Layout()) -> Path:
     out = write_report(params, layout)
-    io.write_json(layout.reports / HOST_RECORD, host_fingerprint(params["runtime"]))
+    io.write_json(layout.reports / HOST_RECORD, host_fingerprint(params["runtime"], environment=True))
     return out
 
 

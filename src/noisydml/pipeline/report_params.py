@@ -2,7 +2,7 @@
 papers' settings the runs were trained under).
 
 Its own module, owned here (:data:`noisydml.schema.SECTION_OWNERS`) and imported only by the stages that load the
-section (the report stage, ``python -m noisydml.pipeline.check``): a change of the report's keys re-runs the report,
+section (the report stage, ``noisydml check``): a change of the report's keys re-runs the report,
 never a training run (every stage imports :mod:`noisydml.config`).
 """
 
@@ -22,7 +22,7 @@ REPORT_SCHEMA = {
                               "filled only by a run with the tag of the paper whose number the cell holds "
                               "(references/papers/*.csv settings_of); other runs of its method show in a row of "
                               "their own. none: the default grid's settings (ours), which fill no paper cell"),
-    "rehearsal": Field(bool, False, help="ours: true = a rehearsal (scripts/paper_profile.py rehearse: miniature "
+    "rehearsal": Field(bool, False, help="ours: true = a rehearsal (noisydml profile rehearse: miniature "
                                          "data, random weights); the report says its numbers mean nothing"),
     "labels": Field(dict, {}, help="ours: run name -> its row label in tables and figures (the papers' naming); "
                                    "runs not listed show their name"),

@@ -121,10 +121,19 @@ def _tracking_run(params: dict, run: Run, layout: Layout, tuned: dict | None):
             },
             tags={"dvc_stage": run.stage, "dataset": dataset, "noise": noise, "method": method, "run": run.name,
                   "seed": str(seed), "run_fingerprint": spec.fingerprint(), **standard_tags(layout.root),
-                  **({"upstream": spec.upstream["run"]} if chain else {})},
+                  **(_upstream_tags(spec, chain, layout) if chain else {})},
+            root=layout.root,
         )
 
     return make
+
+
+def _upstream_tags(spec: RunSpec, chain: dict, layout: Layout) -> dict[str, str]:
+    """A chained run's tags naming its upstream: the upstream's fingerprint and its MLflow run (the id its train
+    stage recorded; absent when the upstream went untracked or was trained elsewhere)."""
+    info = layout.volatile(chain["dataset"], chain["noise"], chain["upstream"], chain["seed"])
+    run_id = io.read_json(info).get("mlflow_run_id") if info.is_file() else None
+    return {"upstream": spec.upstream["run"], **({"upstream_mlflow_run_id": run_id} if run_id else {})}
 
 
 def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, result: TrainResult,

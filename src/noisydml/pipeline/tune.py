@@ -262,7 +262,8 @@ class _TrialTrainer:
                 tags={"dvc_stage": f"{'tune_chain' if self.subject.steps else 'tune'}@{self.label}",
                       "dataset": self.dataset, "noise": self.noise, "method": method,
                       **({"trial": str(trial)} if trial is not None else {"part": part}),
-                      "run_fingerprint": spec.fingerprint(), **standard_tags(self.layout.root)})
+                      "run_fingerprint": spec.fingerprint(), **standard_tags(self.layout.root)},
+                root=self.layout.root)
 
         built = build_job(params, method, params["tuning"]["seed"], self.data, self.layout, self.checkpoint(part),
                           tracker=tracking_run, code=(__name__,), where=f"tune {self.label}: {run_name}", chain=chain,

@@ -198,7 +198,7 @@ class ConfidenceModule(Method):
         _, features = ctx.embed_train(features=True)
         was = self.training
         self.eval()
-        labels = torch.as_tensor(self.setup.train_labels)
+        labels = torch.tensor(self.setup.train_labels)  # a copy: the labels' array is read-only (no torch warning)
         k = min(k, self.setup.num_classes)
         values, classes, given = [], [], []
         for start in range(0, len(features), block):
@@ -216,7 +216,7 @@ class ConfidenceModule(Method):
         values, classes, given = self.confidences(ctx, 1)
         self.given_confidence.copy_(given.to(self.given_confidence.device))
         self.top_class.copy_(classes[:, 0].to(self.top_class.device))
-        flagged = (self.top_class != torch.as_tensor(self.setup.train_labels, device=self.top_class.device))
+        flagged = (self.top_class != torch.tensor(self.setup.train_labels, device=self.top_class.device))
         return {"spa_flagged_share": float(flagged.float().mean()), "spa_given_confidence": float(given.mean())}
 
     def decisions(self) -> Decisions | None:
@@ -278,7 +278,7 @@ class SmoothProxyAnchor(FrozenBackbone, Method):
 
     def decisions(self) -> Decisions:
         hp = self.hparams
-        labels = torch.as_tensor(self.setup.train_labels, device=self.conf_classes.device)
+        labels = torch.tensor(self.setup.train_labels, device=self.conf_classes.device)
         hit = self.conf_classes == labels[:, None]
         given = (self.conf_values * hit).sum(dim=1)  # 0 when the given label is outside the top-k
         smooth = smoothing(given, hp["sharpness"], hp["position"], hp["hard"])

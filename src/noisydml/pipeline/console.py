@@ -1,0 +1,169 @@
+"""``noisydml``: the product's one console command (``[project.scripts]`` in pyproject.toml).
+
+    noisydml check [PARAMS]                 validate all of params.yaml at once
+    noisydml launch [-j N] [--dry] ...      the stale stages at once on Ray (as `dvc repro` records them)
+    noisydml profile list|check|settings|lr|show|run|rehearse ...   the papers' tables as `dvc exp run` profiles
+    noisydml ui [--port P]                  MLflow's UI on this repository's store
+    noisydml guard                          CI's verdict on a regenerated pipeline
+
+Every subcommand has its own ``--help``. The stages' scripts (``python stages/<x>.py``) are DVC's to run, not a
+user's; the scripts in ``scripts/`` are benchmarks and maintenance tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+COMMANDS = {
+    "check": "validate all of params.yaml at once (every error, with its key, value and what is allowed)",
+    "launch": "run the stale stages at once on Ray, recorded in dvc.lock as `dvc repro` records them",
+    "profile": "the papers' tables as profiles of `dvc exp run -S` overrides: list, check, show, run, rehearse",
+    "ui": "MLflow's UI on this repository's store (mlflow.db and mlartifacts/, moved with the repository)",
+    "guard": "CI's verdict: the pipeline regenerated, nothing stale, the committed results reproduced",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="noisydml", description="noisydml: noise-robust deep metric learning, reproduced through DVC.",
+        epilog="\n".join(f"  {name:<8} {text}" for name, text in COMMANDS.items())
+        + "\n\n`noisydml COMMAND --help` for each; `dvc repro` runs the pipeline itself.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND", help=", ".join(COMMANDS))
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the command's own arguments")
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else 2
+    args = parser.parse_args(argv[:1])
+    rest = argv[1:]
+    if args.command == "check":
+        from noisydml.pipeline.check import main as check
+
+        return check(rest)
+    if args.command == "launch":
+        from noisydml.pipeline.launch import cli
+
+        return cli(rest)
+    if args.command == "guard":
+        from noisydml.pipeline.guard import main as guard
+
+        return guard(rest)
+    if args.command == "profile":
+        return profile(rest)
+    return ui(rest)
+
+
+def profile(argv: list[str]) -> int:
+    """``noisydml profile ...``: the paper profiles (noisydml.pipeline.profiles, docs/profiles.md)."""
+    from noisydml.pipeline.profiles import load_profiles
+
+    profiles = load_profiles()
+    args = profile_parser(profiles, argv).parse_args(argv)
+    return _profile_action(args, profiles)
+
+
+def profile_parser(profiles: dict, argv: list[str] = ()) -> argparse.ArgumentParser:
+    """``noisydml profile``'s options (``argv``: which help to prepare; the tests parse every documented one)."""
+    parser = argparse.ArgumentParser(prog="noisydml profile", description=profile.__doc__.split(":", 1)[1].strip())
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="profiles, runs, iterations, estimated GPU hours")
+    actions.add_parser("check", help="every profile applied through DVC's own override code, then validated")
+    settings = actions.add_parser("settings", help="the settings tables of docs/profiles.md")
+    settings.add_argument("--write", action="store_true", help="write them into docs/profiles.md")
+    lr = actions.add_parser("lr", help="every profile's learning-rate curve")
+    lr.add_argument("png", nargs="?", default="docs/profiles_lr.png", help="where (default: docs/profiles_lr.png)")
+    for name, text in (("show", "print the profile's `dvc exp run` command"),
+                       ("run", "run it: downloads, weights, training, the report (a GPU machine with internet)")):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("profile", choices=list(profiles), metavar="PROFILE", help="one of `noisydml profile list`")
+    from noisydml.pipeline.rehearsal import why_not_rehearsable
+
+    # which profiles can be rehearsed takes each profile applied (seconds): only for the rehearse action's help
+    rehearsable = [name for name, p in profiles.items() if why_not_rehearsable(p) is None] \
+        if "rehearse" in argv and ("-h" in argv or "--help" in argv) else []
+    rehearse = actions.add_parser(
+        "rehearse", help="its exact overrides through real `dvc exp run` on miniature data, on this machine's CPU",
+        description="Rehearsable: " + ", ".join(rehearsable) + ". The others run on the PRISM authors' published "
+                    "noise lists, which name the real datasets' files.")
+    rehearse.add_argument("profile", metavar="PROFILE", help="a rehearsable profile (below)")
+    rehearse.add_argument("folder", nargs="?", help="where (default: a new temporary folder, kept)")
+    return parser
+
+
+def _profile_action(args: argparse.Namespace, profiles: dict) -> int:
+    from noisydml.pipeline.profiles import (PROFILES_PAGE, exp_command, lr_curves, params_after, profiles_table,
+                                            readme_with_settings, settings_tables)
+
+    if args.action == "list":  # with the GPU-hour estimate of noisydml.pipeline.profiles.estimate (its assumptions)
+        print(profiles_table(profiles))
+    elif args.action == "check":
+        for name, p in profiles.items():  # through DVC's own override code, as `dvc exp run -S` applies them
+            params_after(p["set"])
+            print(f"{name}: valid")
+    elif args.action == "settings":
+        text = profiles_table(profiles) + "\n" + settings_tables(profiles)
+        if args.write:
+            page = Path(PROFILES_PAGE)
+            page.write_text(readme_with_settings(page.read_text(), text))
+            print(f"{page}: profile and settings tables written")
+        else:
+            print(text)
+    elif args.action == "lr":
+        applied = {name: params_after(p["set"]) for name, p in profiles.items()}
+        print(f"{lr_curves(profiles, applied, args.png)}: written")
+    elif args.action == "rehearse":
+        from noisydml.pipeline.rehearsal import rehearse, why_not_rehearsable
+
+        if args.profile not in profiles:
+            return _refuse(f"profile {args.profile!r} does not exist; allowed: {', '.join(profiles)}")
+        if (reason := why_not_rehearsable(profiles[args.profile])) is not None:
+            allowed = [n for n, p in profiles.items() if why_not_rehearsable(p) is None]
+            return _refuse(f"profile {args.profile!r} cannot be rehearsed: {reason}; rehearsable: {', '.join(allowed)}")
+        folder = rehearse(args.profile, profiles[args.profile], folder=args.folder)
+        print(f"{args.profile}: rehearsed in {folder} (report: {folder / 'reports' / 'results.md'})")
+    else:  # show, run
+        command = exp_command(args.profile, profiles[args.profile])
+        print(command)
+        if args.action == "run":
+            return subprocess.call(command.replace("\\\n", " "), shell=True)
+    return 0
+
+
+def _refuse(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def ui(argv: list[str]) -> int:
+    """``noisydml ui``: ``mlflow ui`` on the repository's store, its artifact locations moved to where the store
+    now is (a copied or re-cloned repository; noisydml.tracking.relocate_artifacts)."""
+    from noisydml.tracking import relocate_artifacts, sqlite_path, tracking_uri
+
+    args = ui_parser().parse_args(argv)
+    uri = tracking_uri()
+    db = sqlite_path(uri)
+    if db is not None:
+        if not db.is_file():
+            return _refuse(f"no MLflow store at {db}: nothing has been trained in this repository yet (`dvc repro`)")
+        moved = relocate_artifacts(db)
+        if moved:
+            print(f"{db}: artifact locations of {moved} experiment(s) and run(s) moved to {db.parent / 'mlartifacts'}")
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
+               "--port", str(args.port)]
+    print(" ".join(command), flush=True)
+    return subprocess.call(command)
+
+
+def ui_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="noisydml ui", description=ui.__doc__.split(":", 1)[1].strip())
+    parser.add_argument("--port", type=int, default=5000, help="default: 5000")
+    parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine only)")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())
