@@ -256,7 +256,7 @@ def test_the_console_says_running_and_queued_apart_each_epoch_and_an_estimate():
     row = ("prism epoch 2/12:  74%|###| 74/100\r" + " " * 20 + "\repoch=2 loss=0.4866 lr=0.0002333 "
            "diag_kept_fraction=0.5238 test_mean_average_precision_at_r=0.1 test_precision_at_1=0.5117 "
            "epoch_seconds=2.9\n")
-    assert epoch_lines(row) == ["epoch 2, loss 0.4866, monitor P@1 51.2 (2.9 s)"]
+    assert epoch_lines(row) == ["epoch 2/12, loss 0.4866, monitor P@1 51.2 (2.9 s)"]
     assert epoch_lines("epoch=3 loss=0.5") == []  # a row still being written
 
 

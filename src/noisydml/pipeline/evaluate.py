@@ -111,7 +111,11 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
     return result
 
 
-def _log_final(params: dict, dataset: str, noise: str, name: str, seed: int, result: dict, layout: Layout) -> None:
+def _log_final(params: dict, dataset: str, noise: str, name: str, seed: int, result: dict, layout: Layout,
+               only_if_tracked: bool = False) -> None:
+    """The final metrics and curves into the run's MLflow run, once per MLflow run (the volatile record says which
+    run has them: an unchanged evaluation of a retrained run logs them again, to the new run). ``only_if_tracked``:
+    say nothing about a run with no MLflow run (restored from DVC's cache, trained elsewhere)."""
     from noisydml.tracking import log_to_run
 
     run_info = io.read_json(layout.run(dataset, noise, name, seed) / "run.json")
@@ -119,8 +123,13 @@ def _log_final(params: dict, dataset: str, noise: str, name: str, seed: int, res
     info = io.read_json(volatile) if volatile.is_file() else {}
     if info.get("fingerprint") not in (None, run_info.get("fingerprint")):
         info = {}  # the run info of another training of this run
-    log_to_run(info.get("mlflow_run_id"), {f"final_{k}": v for k, v in result["metrics"].items()},
-               [layout.metrics(dataset, noise, name, seed), layout.curves(dataset, noise, name, seed)], root=layout.root)
+    run_id = info.get("mlflow_run_id")
+    if (run_id is not None and info.get("final_metrics_logged_to") == run_id) or (run_id is None and only_if_tracked):
+        return
+    if log_to_run(run_id, {f"final_{k}": v for k, v in result["metrics"].items()},
+                  [layout.metrics(dataset, noise, name, seed), layout.curves(dataset, noise, name, seed)],
+                  root=layout.root):
+        io.write_json(volatile, {**info, "final_metrics_logged_to": run_id})
 
 
 def evaluate(params: dict, dataset: str, layout: Layout = Layout(), log_to_mlflow: bool = True) -> list[dict]:
@@ -136,6 +145,8 @@ def evaluate(params: dict, dataset: str, layout: Layout = Layout(), log_to_mlflo
             old = io.read_json(path)
             if old.get("inputs_sha256") == inputs_digest(params, run):
                 results.append(old)  # unchanged inputs: the same metrics, bit for bit
+                if log_to_mlflow:  # a retrained (bit-identical) run is a new MLflow run: it gets them too
+                    _log_final(params, *where, old, layout, only_if_tracked=True)
                 continue
         result = evaluate_run(params, *where, layout)
         fresh += 1

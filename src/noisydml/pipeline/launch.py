@@ -303,13 +303,15 @@ def tracking_warnings(log: Path) -> list[str]:
 def epoch_lines(text: str) -> list[str]:
     """The trainer's per-epoch rows in a piece of a stage's log (``epoch=N loss=... epoch_seconds=S``, between
     progress bars' carriage returns), each as one short line: epoch, loss, monitoring P@1 when logged, seconds."""
-    lines = []
+    lines, total = [], None
     for segment in re.split(r"[\r\n]", text):
         segment = segment.strip()
+        if bar := re.search(r"epoch \d+/(\d+):", segment):  # the progress bar before it names the epochs
+            total = bar.group(1)
         if not segment.startswith("epoch=") or "epoch_seconds=" not in segment:
             continue
         row = dict(item.split("=", 1) for item in segment.split() if "=" in item)
-        short = [f"epoch {row['epoch']}", f"loss {row.get('loss', '-')}"]
+        short = [f"epoch {row['epoch']}" + (f"/{total}" if total else ""), f"loss {row.get('loss', '-')}"]
         if "test_precision_at_1" in row:
             short.append(f"monitor P@1 {float(row['test_precision_at_1']) * 100:.1f}")
         if "val_precision_at_1" in row:
@@ -818,11 +820,15 @@ def main(argv: list[str] | None = None) -> int:
 def create_store(uri: str | None) -> None:
     """Create a new SQLite MLflow store before any stage starts (its schema once; the stages' own opening is also
     serialised, noisydml.tracking.open_store): nothing to do when it exists or is a server."""
+    import logging
+
     from noisydml.tracking import sqlite_path, tracking_uri
 
     db = sqlite_path(uri or tracking_uri())
     if db is None or db.exists():
         return
+    print(f"launch: creating the MLflow store {db}", flush=True)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # its "Creating initial MLflow database tables" lines
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     try:
         from noisydml.tracking import open_store
