@@ -75,12 +75,25 @@ def _noisydml(words: list[str]) -> None:
         args = profile_parser(profiles).parse_args(rest)
         if args.action == "rehearse":
             assert args.profile in profiles and why_not_rehearsable(profiles[args.profile]) is None, args.profile
-        if args.action in ("list", "show"):  # cheap: run them
-            _run_ok([sys.executable, "-m", "noisydml.pipeline.console", *words[1:]])
+        if args.action in ("list", "show"):  # cheap: run them (in this process)
+            assert _console(words[1:]) == 0
     elif command == "ui":
         ui_parser().parse_args(rest)
     else:  # check, guard: their --help (check runs on the repository's params in tests/test_refusals.py)
-        _run_ok([sys.executable, "-m", "noisydml.pipeline.console", command, *rest, "--help"])
+        with pytest.raises(SystemExit) as done:
+            _console([command, *rest, "--help"])
+        assert done.value.code == 0
+
+
+def _console(argv: list[str]) -> int:
+    """``noisydml argv`` in this process, from the repository root, its output kept from the test's."""
+    import contextlib
+    import io
+
+    from noisydml.pipeline.console import main
+
+    with contextlib.chdir(REPO), contextlib.redirect_stdout(io.StringIO()):
+        return main(argv)
 
 
 def _validate_overrides(overrides: list[str]) -> None:
@@ -208,17 +221,20 @@ def test_a_broken_command_is_caught():
             _check(command)
 
 
-def test_noisydml_and_every_subcommand_answer_help():
-    from noisydml.pipeline.console import COMMANDS as SUBCOMMANDS
+def test_noisydml_and_every_subcommand_answer_help(capsys, monkeypatch):
+    """The console script's own process once (`noisydml --help`), then every subcommand's --help in this one."""
+    from noisydml.pipeline.console import COMMANDS as SUBCOMMANDS, main
 
-    result = subprocess.run([sys.executable, "-m", "noisydml.pipeline.console", "--help"], cwd=REPO,
+    result = subprocess.run([str(Path(sys.executable).parent / "noisydml"), "--help"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and all(name in result.stdout for name in SUBCOMMANDS), result.stdout
+    monkeypatch.chdir(REPO)
     for argv in [[name] for name in SUBCOMMANDS] + [["profile", action] for action in
                                                      ("list", "check", "settings", "lr", "show", "run", "rehearse")]:
-        result = subprocess.run([sys.executable, "-m", "noisydml.pipeline.console", *argv, "--help"], cwd=REPO,
-                                capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0 and "usage: noisydml" in result.stdout, (argv, result.stderr[-1500:])
+        with pytest.raises(SystemExit) as done:
+            main([*argv, "--help"])
+        out = capsys.readouterr().out
+        assert done.value.code == 0 and "usage: noisydml" in out, (argv, out[-1500:])
 
 
 def test_the_console_script_is_installed_as_declared():
