@@ -76,8 +76,7 @@ def check_all(params: dict[str, Any], errors: ErrorCollector | None = None, file
         with check("methods", "train"):
             if name in params["methods"]:
                 check_frozen_backbone(params["methods"][name], params["train"], f"methods.{name}")
-    if errors.messages:  # what follows builds runs from the sections above: they must be whole
-        errors.raise_if_any()
+    errors.raise_if_any()  # what follows builds runs from the sections above: they must be whole
     # a chain's and a timing entry's params as they train (Run.params: the one merge of overrides), checked as
     # every job's are (pipeline/job.py)
     for entry in params["timing"]["entries"]:
@@ -118,9 +117,9 @@ def check_folder_files(cfg: dict, where: str, base: Path = Path(".")) -> None:
     from noisydml.data.folder import list_items
 
     key = "root" if cfg.get("root") else "csv"
-    path = base / cfg[key]
     if not cfg[key]:
         return  # neither given: the kind's own check says so
+    path = base / cfg[key]
     if not path.exists():
         raise ParamsError(f"{where}.{key}: {cfg[key]!r} does not exist (from {base.resolve()}); allowed: "
                           + ("a folder with one sub-folder per class" if key == "root" else "a CSV of path,label"))

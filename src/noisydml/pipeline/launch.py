@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from noisydml import io
+
 #: Stage scripts that train a network (they may use GPUs; everything else runs on CPUs).
 TRAINING_SCRIPTS = ("stages/train.py", "stages/pretrain.py", "stages/timing.py")
 LOG_DIR = Path(".runinfo") / "launch"
@@ -588,19 +590,12 @@ def write_summary(root: Path, outcomes: list[Outcome], wall: float, jobs: int | 
     path = root / LOG_DIR / "summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     untracked = sorted({o.stage for o in outcomes if o.tracking_warnings})
-    _write_json(path, {"wall_seconds": wall, "jobs": jobs, "address": address, "untracked_stages": untracked,
+    io.write_json(path, {"wall_seconds": wall, "jobs": jobs, "address": address, "untracked_stages": untracked,
                        "stages": [o.__dict__ for o in outcomes]})
     durations = last_durations(root)
     durations.update({o.stage: round(o.seconds, 1) for o in outcomes if o.status == "ran"})
-    _write_json(root / LOG_DIR / "durations.json", durations)
+    io.write_json(root / LOG_DIR / "durations.json", durations)
     return path
-
-
-def _write_json(path: Path, value) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value, indent=1) + "\n")
-    tmp.replace(path)
 
 
 #: The local Ray instance's processes (pid, start time) as last seen by its driver: what a watchdog, or the next
@@ -614,7 +609,7 @@ def record_ray_processes(root: Path) -> None:
 
     try:
         children = psutil.Process().children(recursive=True)
-        _write_json(root / RAY_PROCESSES, {"driver": os.getpid(),
+        io.write_json(root / RAY_PROCESSES, {"driver": os.getpid(),
                                            "processes": [[c.pid, c.create_time()] for c in children]})
     except (psutil.Error, OSError):
         pass
