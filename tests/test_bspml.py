@@ -329,3 +329,115 @@ def test_weight_histograms_are_drawn_per_run_group(tmp_path):
     plot_weight_histograms(per_seed, tmp_path / "w.png")
     plot_weight_histograms(per_seed.drop(columns=["histogram_weights"]), tmp_path / "none.png")
     assert (tmp_path / "w.png").stat().st_size > 1000 and (tmp_path / "none.png").is_file()
+
+
+# ------------------------------------------------------------------ a direct numerical transcription (value, gradient,
+# the weight update, the age schedule): each written from the paper's text, loop by loop, not from our code
+
+def _eq7_torch(emb, labels, w, miner, alpha, beta, base):
+    """Eq. 7 with product denominators (spec section 4), anchor by anchor, differentiable in ``emb``."""
+    a1, p, a2, n = miner(emb.detach(), labels)
+    total = emb.sum() * 0.0
+    for i in range(len(emb)):
+        pos, neg = p[a1 == i].tolist(), n[a2 == i].tolist()
+        term = emb.sum() * 0.0
+        if pos:
+            s = torch.stack([emb[i] @ emb[j] for j in pos])
+            term = term + sum(float(w[j]) for j in pos) / (len(pos) * alpha) * torch.log1p(
+                torch.exp(-alpha * (s - base)).sum())
+        if neg:
+            s = torch.stack([emb[i] @ emb[j] for j in neg])
+            term = term + sum(float(w[j]) for j in neg) / (len(neg) * beta) * torch.log1p(
+                torch.exp(beta * (s - base)).sum())
+        total = total + float(w[i]) * term
+    return total / len(emb)
+
+
+def test_eq7_gradient_matches_the_direct_transcription():
+    emb, labels = _batch(seed=5)
+    emb = emb.double()
+    miner = miners.MultiSimilarityMiner(epsilon=0.1)
+    w = torch.rand(len(emb), generator=torch.Generator().manual_seed(2)).double()
+    ours_in, direct_in = emb.clone().requires_grad_(True), emb.clone().requires_grad_(True)
+    ours = weighted_ms_loss(ours_in, labels, w, miner, 2.0, 50.0, 1.0)
+    direct = _eq7_torch(direct_in, labels, w, miner, 2.0, 50.0, 1.0)
+    assert ours.item() == pytest.approx(direct.item(), rel=1e-10)
+    ours.backward()
+    direct.backward()
+    assert ours_in.grad.abs().max() > 1e-4  # a real gradient
+    assert torch.allclose(ours_in.grad, direct_in.grad, rtol=1e-8, atol=1e-12)
+
+
+def _alg3_literal(w0, xi_pos, xi_neg, labels, lam, mu, step_size, passes, P, K, rng):
+    """Alg. 3 as the paper writes it (spec section 7), one coordinate at a time: draw w_a^c (a pass over a random
+    order), K class-mates other than a, P classes other than c and K rows of each (uniform, with replacement, in
+    the order rows appear), G(w_a^c) of Eq. 8 with zeta recomputed from the weights, then the projected step
+    w_a <- clip(w_a - gamma N^c G, 0, 1) (gamma_c = step_size N^c, so N^c's 1/N^c cancels)."""
+    w = [float(v) for v in w0]
+    classes = sorted(set(labels.tolist()))
+    members = {c: [i for i in range(len(labels)) if labels[i] == c] for c in classes}
+    for _ in range(passes):
+        for a in rng.permutation(len(w)):
+            c = int(labels[a])
+            mates_pool = [i for i in members[c] if i != a]
+            u = rng.random((1, K))[0]
+            g_p = 0.0
+            if mates_pool:
+                mates = [mates_pool[int(np.floor(x * len(mates_pool)))] for x in u]
+                g_p = sum(w[p] * (xi_pos[p] + xi_pos[a]) for p in mates) / K
+            other_classes = [k for k in classes if k != c]
+            picked = [other_classes[int(np.floor(x * len(other_classes)))] for x in rng.random((1, P))[0]]
+            rows = rng.random((1, P, K))[0]
+            g_n = sum(sum(w[members[k][int(np.floor(x * len(members[k])))]]
+                          * (xi_neg[members[k][int(np.floor(x * len(members[k])))]] + xi_neg[a]) for x in rows[j]) / K
+                      for j, k in enumerate(picked)) / P
+            means = {k: sum(w[i] for i in members[k]) / len(members[k]) for k in classes}
+            g_b = 2 * mu * (means[c] - sum(means[k] for k in other_classes) / len(other_classes))
+            w[a] = min(max(w[a] - step_size * (g_p + g_n + g_b - lam), 0.0), 1.0)
+    return np.array(w)
+
+
+def test_alg3_weight_step_matches_the_literal_algorithm_with_the_same_draws():
+    """block 1 is the paper's sequential loop: the same random draws give the same weights as the literal Alg. 3,
+    on uneven classes (one of a single row) with the balance term on."""
+    rng = np.random.default_rng(11)
+    labels = np.array([0] * 5 + [1] * 3 + [2] * 6 + [3] * 1 + [4] * 4)
+    xi_pos, xi_neg = rng.uniform(1, 3, len(labels)), rng.uniform(0, 0.6, len(labels))
+    w0 = rng.uniform(0.2, 1.0, len(labels))
+    for lam, mu in ((2.5, 3.1), (1.0, 0.0)):
+        ours = weight_step(w0, xi_pos, xi_neg, ClassIndex.of(labels), lam, mu, 0.05, 3, 3, 4, 1,
+                           np.random.default_rng(5))
+        literal = _alg3_literal(w0, xi_pos, xi_neg, labels, lam, mu, 0.05, 3, 3, 4, np.random.default_rng(5))
+        assert np.abs(ours - w0).max() > 0.01  # the weights moved: the comparison is not trivial
+        assert np.allclose(ours, literal, rtol=0, atol=1e-12), np.abs(ours - literal).max()
+
+
+def test_the_age_follows_alg1_round_by_round(monkeypatch):
+    """Alg. 1: the first round trains with w = 1, round t's weight step uses lambda^{t-1} (lambda^0 first), then
+    lambda^t = min(c lambda^{t-1}, lambda_inf)."""
+    from types import SimpleNamespace
+
+    import noisydml.methods.parts.bspml as bspml_module
+    from noisydml.methods.base import MethodSetup
+    from noisydml.methods.parts.bspml import bspml_spec
+
+    spec = bspml_spec(True)
+    hp = spec.check({"lambda_0": 2.0, "lambda_inf": 3.0, "age_multiplier": 1.2, "epochs_per_round": 2,
+                     "weight_step": {"passes": 1, "block": 4}}, "methods.bspml")
+    emb, labels = _batch(classes=4, per_class=4)
+    method = spec.build(MethodSetup(hp, 4, emb.shape[1], len(labels), labels.numpy(), seed=0))
+    assert torch.equal(method.weights, torch.ones(len(labels), dtype=torch.float64))  # round 1: w = 1
+    used = []
+    real = bspml_module.weight_step
+    monkeypatch.setattr(bspml_module, "weight_step", lambda w, xp, xn, index, lam, *a: used.append(lam) or
+                        real(w, xp, xn, index, lam, *a))
+    ctx = SimpleNamespace(embed_train=lambda: emb.numpy(), similarity_blocks=similarity_blocks, knn=knn)
+    for epoch in range(10):
+        ctx.epoch = epoch
+        method.on_epoch_end(ctx)
+    expected, lam = [], 2.0
+    for _ in range(5):  # a weight step after every second epoch
+        expected.append(lam)
+        lam = min(1.2 * lam, 3.0)
+    assert used == pytest.approx(expected) and expected[-1] == 3.0 and expected[1] == pytest.approx(2.4)
+    assert float(method.age) == pytest.approx(3.0) and int(method.rounds) == 5

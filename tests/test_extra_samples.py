@@ -104,24 +104,29 @@ def test_a_bad_request_names_the_method_and_the_problem(monkeypatch, data, tmp_p
         _fit(monkeypatch, data, tmp_path / "c.pt", bad=bad)
 
 
-def _sgps_spec():
+def _sgps_spec(authors=False):
     from noisydml.config import load_params
 
     spec = _spec()
     hp = copy.deepcopy(load_params(REPO / "params.yaml")["methods"]["sgps"])
     hp.update(positive_source="forward", memory_size=32, positives_per_sample=2)
+    hp["authors"] = {key: authors for key in hp["authors"]}
     hp["sgm"].update(start_epoch=1)
     return RunSpec("sgps", hp, {**spec.train, "epochs": 3}, seed=3, data_fingerprint="test")
 
 
-def test_sgps_forwards_its_positives_through_the_trainer_and_resumes_bit_exactly(data, tmp_path):
+@pytest.mark.parametrize("authors", [False, True], ids=["paper_loop", "authors_loop"])
+def test_sgps_forwards_its_positives_through_the_trainer_and_resumes_bit_exactly(data, tmp_path, authors):
     """The real method behind the extension point: from SGM's first round (epoch 1) every step forwards K
-    positives per item, and L_noise trains on their embeddings; a killed run resumes bit-exactly."""
-    whole = fit_job(_sgps_spec(), *data, checkpoint_path=tmp_path / "a.pt", runtime=RUNTIME)
+    positives per item, and L_noise trains on their embeddings; a killed run resumes bit-exactly. With every
+    authors' option on too (second selection into the shared window, second clean loss, positives into the bank)."""
+    whole = fit_job(_sgps_spec(authors), *data, checkpoint_path=tmp_path / "a.pt", runtime=RUNTIME)
     noise = [h["sgps_noise_batch"] for h in whole.history]
     assert noise[0] == 0.0 and max(noise[1:]) > 0  # no positives before SGM; L_noise once it ran
+    if authors:
+        assert max(h["sgps_clean_all"] for h in whole.history[1:]) > 0
     with pytest.raises(KeyboardInterrupt):
-        fit_job(_sgps_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME, stop_after_epoch=2)
-    resumed = fit_job(_sgps_spec(), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME)
+        fit_job(_sgps_spec(authors), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME, stop_after_epoch=2)
+    resumed = fit_job(_sgps_spec(authors), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME)
     assert resumed.resumed_from_epoch == 2
     assert torch.equal(resumed.test_embeddings, whole.test_embeddings)

@@ -122,6 +122,26 @@ def test_claimed_orderings_are_paired_per_seed_with_a_verdict():
     assert orderings.to_csv_rows(table)["differences"].iloc[0] == "30.0000;30.0000;30.0000"
 
 
+def test_each_ordering_comes_with_the_claimed_methods_decisions_per_seed_and_a_robustness_summary():
+    from noisydml.reporting import orderings
+    from noisydml.studies.base import Claim
+
+    per_seed = _per_seed()
+    per_seed["final_diag_selection_precision"] = np.where(per_seed["method"] == "prism", 0.9 + per_seed["seed"] / 100,
+                                                          np.nan)
+    per_seed["final_diag_positive_precision"] = np.nan  # never measured: left out, not shown as NaN
+    claim = Claim("prism", "ms", "PRISM above MS", diagnostics=(("final_diag_selection_precision", "kept: clean share"),
+                                                               ("final_diag_positive_precision", "positives")))
+    reversed_claim = Claim("ms", "prism", "MS above PRISM")
+    table = orderings.paired(per_seed, [("prism", claim), ("ms", reversed_claim)], "precision_at_1", NAMES, str.upper)
+    assert table.iloc[0]["diagnostics"] == "kept: clean share: 0.90, 0.91, 0.92"
+    text = "\n".join(orderings.section(table, "precision_at_1"))
+    assert "| holds | kept: clean share: 0.90, 0.91, 0.92 |" in text and "positives" not in text
+    assert "| reversed | – |" in text
+    assert "- prism, PRISM above MS: holds on glyphs 50% symmetric." in text
+    assert "- ms, MS above PRISM: reversed on glyphs 50% symmetric." in text
+
+
 def test_figure_colours_one_per_run_everywhere_and_lines_only_over_three_rates(tmp_path, monkeypatch):
     from noisydml.reporting import figures
 

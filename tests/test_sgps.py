@@ -337,3 +337,145 @@ def test_the_study_sets_each_clean_loss_beside_sgps_around_it_per_seed():
                                                                                  ("contextual", 1)]
     assert pairs["P@1 diff"].round(6).tolist() == [0.05, 0.05, -0.06]
     assert pairs["kept"].tolist() == [0.5, 0.5, 0.6]
+
+
+# ---------------------------------------------------------------- the authors' training-loop options (authors.*)
+
+def _forwarded_batch(m, labels, g, rows=(0, 3, 6, 9), step=7):
+    """A batch of ``rows`` with their forwarded positives (K = 3 each), as the trainer hands it over."""
+    rows = np.asarray(rows)
+    request = m.extra_samples(rows, 1, step)
+    extra_rows = request.rows
+    index, extra_index = torch.as_tensor(rows), torch.as_tensor(extra_rows)
+    emb = F.normalize(torch.randn(len(rows), 4, generator=g), dim=1).requires_grad_(True)
+    extra_emb = F.normalize(torch.randn(len(extra_rows), 4, generator=g), dim=1).requires_grad_(True)
+    extra = Batch(extra_emb, extra_emb, torch.as_tensor(labels[extra_rows]), extra_index, extra_index, step, 1,
+                  request=request)
+    return Batch(emb, emb, torch.as_tensor(labels[rows]), index, index, step=step, epoch=1, extra=extra)
+
+
+def _p_clean_direct(memory_features, memory_labels, embeddings, labels, classes=3):
+    """Eqs. 6-7 by hand: each class centre the mean of its memory features; softmax over classes at the label."""
+    centres = np.stack([memory_features[memory_labels == c].mean(0) for c in range(classes)])
+    logits = F.normalize(embeddings, dim=1).detach().numpy() @ centres.T
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    return p[np.arange(len(labels)), labels]
+
+
+def test_selection_on_all_ranks_every_forwarded_image_into_the_queries_window():
+    """authors.selection_on_all (the authors' second PCS call): the query call's Q_t, then one over the queries and
+    their positives, both into one window; L_noise's anchors are the queries the second call rejects; only the
+    query call's kept rows are enqueued."""
+    m, labels = _method(gamma_batch=1.0, gamma_bank=0.0, temperature=0.1, margin=0.2, ppm="mean", window=2,
+                        positives_per_sample=3, positive_source="forward", authors={"selection_on_all": True})
+    g = _grouped(m)
+    mem = F.normalize(torch.randn(9, 4, generator=g), dim=1)
+    mem_labels = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
+    m.memory.enqueue(mem, torch.as_tensor(mem_labels), torch.arange(9))
+    batch = _forwarded_batch(m, labels, g)
+    images = torch.cat([batch.embeddings, batch.extra.embeddings])
+    image_labels = torch.cat([batch.labels, batch.extra.labels]).numpy()
+    p_queries = _p_clean_direct(mem.numpy(), mem_labels, batch.embeddings, batch.labels.numpy())
+    p_all = _p_clean_direct(mem.numpy(), mem_labels, images, image_labels)
+    q1, q2 = np.sort(p_queries)[2 - 1], np.sort(p_all)[8 - 1]  # floor(R n)-th lowest, R = 0.5
+    anchors = np.flatnonzero(~(p_all[:4] > (q1 + q2) / 2))    # the queries the second call rejects
+    assert 0 < len(anchors) < 4 and not np.array_equal(anchors, np.flatnonzero(~(p_queries > q1)))
+    kept_queries = int((p_queries > q1).sum())
+    _, logs = m.loss(batch)
+    assert int(m.threshold.count) == 2
+    assert np.allclose(m.threshold.values.numpy(), [q1, q2], atol=1e-6)
+    assert logs["sgps_anchor_fraction"] == pytest.approx(len(anchors) / 4)
+    assert np.array_equal(np.flatnonzero((m.drawn[batch.index] >= 0).all(1).numpy()), anchors)
+    assert int((m.memory.labels >= 0).sum()) == 9 + kept_queries  # the second call enqueues nothing
+
+
+def test_clean_loss_on_all_is_the_contrastive_loss_of_the_kept_images_against_the_memory_without_enqueueing():
+    """authors.clean_loss_on_all's term: pml's contrastive loss (pos 1 - s, neg relu(s - 0.5), the means of the
+    non-zero ones) over the kept images against each other (no self pair) and the memory of earlier steps."""
+    from noisydml.methods.parts.sgps import clean_loss_without_enqueue
+
+    m, _ = _method(loss={"pos_margin": 1.0, "neg_margin": 0.5})
+    g = torch.Generator().manual_seed(4)
+    mem = F.normalize(torch.randn(6, 4, generator=g), dim=1)
+    mem_labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    m.base.loss_fn(mem, mem_labels)  # XBM enqueues a first batch
+    queue = int(m.base.loss_fn.queue_idx)
+    emb = F.normalize(torch.randn(5, 4, generator=g), dim=1).requires_grad_(True)
+    lab = torch.tensor([0, 0, 1, 2, 1])
+    value = clean_loss_without_enqueue(m.base, emb, lab, step=3, batch_size=5)
+    ref, ref_lab = torch.cat([emb.detach(), mem]).numpy(), torch.cat([lab, mem_labels]).numpy()
+    s = emb.detach().numpy() @ ref.T
+    pos, neg = [], []
+    for i in range(5):
+        for j in range(len(ref)):
+            if j == i:
+                continue
+            (pos if lab[i] == ref_lab[j] else neg).append(max(1.0 - s[i, j], 0.0) if lab[i] == ref_lab[j]
+                                                          else max(s[i, j] - 0.5, 0.0))
+    direct = np.mean([v for v in pos if v > 0]) + np.mean([v for v in neg if v > 0])
+    assert value.item() == pytest.approx(direct, rel=1e-5)
+    assert int(m.base.loss_fn.queue_idx) == queue  # nothing enqueued
+    value.backward()
+    assert emb.grad.abs().sum() > 0
+
+
+def test_clean_loss_on_all_adds_the_second_clean_term_to_the_noise_loss():
+    kw = dict(gamma_batch=1.0, gamma_bank=0.0, temperature=0.1, margin=0.2, ppm="mean", window=2,
+              positives_per_sample=3, positive_source="forward")
+    from noisydml.methods.parts.sgps import clean_loss_without_enqueue
+
+    values = {}
+    for name, authors in (("select", {"selection_on_all": True}),
+                          ("both", {"selection_on_all": True, "clean_loss_on_all": True})):
+        m, labels = _method(**kw, authors=authors)
+        g = _grouped(m)
+        m.memory.enqueue(F.normalize(torch.randn(9, 4, generator=g), dim=1), torch.as_tensor([0, 1, 2] * 3),
+                         torch.arange(9))
+        batch = _forwarded_batch(m, labels, g)
+        values[name] = m.noise_loss(batch, torch.ones(4, dtype=torch.bool))
+        if name == "both":  # the same second selection (the window restarted) gives the kept images
+            m.threshold.count.zero_()
+            m.threshold.values.zero_()
+            images = torch.cat([batch.embeddings, batch.extra.embeddings])
+            image_labels = torch.cat([batch.labels, batch.extra.labels])
+            kept = m.select(images, image_labels, batch.step)
+            term = clean_loss_without_enqueue(m.base, images[kept], image_labels[kept], 7, len(images))
+    (select_value, _), (both_value, logs) = values["select"], values["both"]
+    assert both_value.item() == pytest.approx(select_value.item() + term.item(), rel=1e-5)
+    assert logs["sgps_clean_all"] == pytest.approx(term.item(), rel=1e-5)
+
+
+def test_positives_update_bank_refreshes_each_forwarded_row_once_after_the_batch_rows():
+    m, labels = _method(positives_per_sample=3, positive_source="forward", bank_momentum=0.9,
+                        authors={"positives_update_bank": True})
+    g = _grouped(m)
+    before = m.bank.clone()
+    batch = _forwarded_batch(m, labels, g)
+    m._update_bank(batch)
+    expected = before.clone()
+    rows, extra_rows = batch.index.numpy(), batch.extra.index.numpy()
+    for position, row in enumerate(rows):
+        expected[row] = F.normalize(0.9 * batch.embeddings[position].detach() + 0.1 * before[row], dim=0)
+    seen = set(rows.tolist())
+    for position, row in enumerate(extra_rows):
+        if row in seen:
+            continue
+        seen.add(row)
+        expected[row] = F.normalize(0.9 * batch.extra.embeddings[position].detach() + 0.1 * before[row], dim=0)
+    assert torch.allclose(m.bank, expected, atol=1e-6)
+    assert len(set(extra_rows.tolist()) - set(rows.tolist())) > 0  # the case is not empty
+    off, _ = _method(positives_per_sample=3, positive_source="forward", bank_momentum=0.9)
+    _grouped(off)
+    off._update_bank(batch)
+    untouched = sorted(set(extra_rows.tolist()) - set(rows.tolist()))
+    assert torch.equal(off.bank[untouched], before[untouched])  # off: only the batch's rows
+
+
+def test_the_authors_options_are_refused_where_they_cannot_apply():
+    spec = sgps_spec(MCL, "test")
+    with pytest.raises(ParamsError, match=r"authors.selection_on_all.*positive_source"):
+        spec.check({"authors": {"selection_on_all": True}}, "methods.sgps")
+    with pytest.raises(ParamsError, match=r"authors.positives_update_bank.*positive_source"):
+        spec.check({"authors": {"positives_update_bank": True}}, "methods.sgps")
+    with pytest.raises(ParamsError, match=r"clean_loss_on_all.*selection_on_all"):
+        spec.check({"positive_source": "forward", "authors": {"clean_loss_on_all": True}}, "methods.sgps")

@@ -92,6 +92,43 @@ def test_the_smooth_weights_enter_inside_the_log_sums():
     assert not torch.allclose(per_sample, loss)
 
 
+@pytest.mark.parametrize("weighting", ["pair", "sample"])
+@pytest.mark.parametrize("weight_negatives", [True, False])
+@pytest.mark.parametrize("one_sided", [False, True])
+def test_every_reading_of_the_loss_matches_its_formula(weighting, weight_negatives, one_sided):
+    """Each reading the text allows (docs/methods/smooth_proxy_anchor.md): the positive weight per pair S(c(x, p)) or
+    per sample S(max_q c(x, q)); negatives weighted by 1 - S(c(x, p)) or by 1; S two-sided (sigmoid) or one-sided
+    (min(1, 2 sigmoid): a sample at or above the position keeps weight 1), written out term by term."""
+    cos = torch.tensor([[0.9, 0.1, 0.3], [0.2, 0.3, -0.1], [0.5, -0.4, 0.2], [0.1, 0.6, 0.7]])
+    conf = torch.tensor([[0.8, 0.1, 0.05], [0.6, 0.7, 0.2], [0.2, 0.3, 0.1], [0.35, 0.9, 0.45]])
+    kw = dict(alpha=4.0, margin=0.1, tau=0.4, sharpness=10.0, position=0.5)
+    loss, _ = smooth_proxy_anchor_loss(cos, conf, weighting=weighting, weight_negatives=weight_negatives,
+                                       one_sided=one_sided, **kw)
+
+    def S(c):
+        value = 1 / (1 + np.exp(-10 * (c - 0.5)))
+        return min(1.0, 2 * value) if one_sided else value
+
+    pos_sums, neg_sums = [0.0] * 3, [0.0] * 3
+    for x in range(4):
+        top = float(conf[x].max())
+        for p in range(3):
+            c = float(conf[x, p])
+            if c >= 0.4:
+                w = S(top) if weighting == "sample" else S(c)
+                pos_sums[p] += w * np.exp(-4 * (float(cos[x, p]) - 0.1))
+            else:
+                w = 1 - S(c) if weight_negatives else 1.0
+                neg_sums[p] += w * np.exp(4 * (float(cos[x, p]) + 0.1))
+    with_positive = [p for p in range(3) if (conf[:, p] >= 0.4).any()]
+    expected = sum(np.log1p(pos_sums[p]) for p in with_positive) / len(with_positive) \
+        + sum(np.log1p(v) for v in neg_sums) / 3
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    if one_sided:  # at or above the position: weight 1 (0 as a negative); below: 2 sigmoid
+        assert smoothing(torch.tensor([0.5, 0.9, 0.45]), 10.0, 0.5, one_sided=True).tolist() == pytest.approx(
+            [1.0, 1.0, 2 / (1 + np.exp(0.5))])
+
+
 def test_relabelling_follows_tau():
     conf = torch.tensor([[0.7, 0.3, 0.0], [0.45, 0.55, 0.0], [0.1, 0.1, 0.1]])
     assert relabel(conf, 0.5).tolist() == [[True, False, False], [False, True, False], [False, False, False]]

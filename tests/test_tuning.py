@@ -124,6 +124,38 @@ def test_the_grid_sampler_tries_every_choice_once_in_order_whatever_the_trial_bu
     assert chosen["values"]["loss.neg_margin"] in (0.3, 0.5, 0.7)
 
 
+def test_a_trial_is_scored_by_the_mean_of_its_seeds(raw_params, tmp_path, monkeypatch):
+    """tuning.seeds: each trial trains once per seed and its value is the mean of their validation P@1; each seed's
+    score is in trials.csv, its epochs in trials/<k>.csv; the budget is trials x seeds runs."""
+    import noisydml.pipeline.tune as tune_module
+
+    raw = tuning_params(raw_params, trials=2)
+    raw["train"]["epochs"] = 1
+    raw["tuning"]["seeds"] = [0, 1]
+    params = validate_params(raw)
+    monkeypatch.setattr(tune_module, "load_run_data", poisoned(tune_module.load_run_data))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    layout = prepared(tmp_path / "two", params)
+    tune_module.tune(copy.deepcopy(params), "glyphs", "sym50", "mcl", layout)
+    folder = layout.root / "tuning/glyphs/sym50/mcl"
+    for trial in trials_of(layout):
+        epochs = pd.read_csv(folder / f"trials/{trial['trial']}.csv")
+        last = {seed: float(group["val_precision_at_1"].iloc[-1]) for seed, group in epochs.groupby("seed")}
+        assert set(last) == {0, 1}
+        assert trial["val_precision_at_1_seed0"] == last[0] and trial["val_precision_at_1_seed1"] == last[1]
+        assert trial["val_precision_at_1"] == pytest.approx((last[0] + last[1]) / 2, abs=1e-12)
+    chosen = json.loads((folder / "chosen.json").read_text())
+    assert chosen["seeds"] == [0, 1] and chosen["budget_runs"] == 4 and "mean over the trial's seeds" in chosen["objective"]
+    # seed 0 of a two-seed trial is the one-seed study's trial, bit for bit; seed 1 trains another run
+    one = copy.deepcopy(params)
+    one["tuning"]["seeds"] = [0]
+    single = prepared(tmp_path / "one", one)
+    tune_module.tune(one, "glyphs", "sym50", "mcl", single)
+    assert [t["val_precision_at_1"] for t in trials_of(single)] == [t["val_precision_at_1_seed0"]
+                                                                    for t in trials_of(layout)]
+    assert any(t["val_precision_at_1_seed0"] != t["val_precision_at_1_seed1"] for t in trials_of(layout))
+
+
 CHAIN = {"dataset": "glyphs", "noise": "sym50", "seeds": "grid", "init": {"model": False, "method": False},
          "labels": {"label": "", "keep": "", "kind": "label_ids"}, "inputs": [], "hparams": {}, "train": {}}
 
@@ -194,6 +226,9 @@ def test_a_chain_study_trains_its_upstream_runs_on_the_tuning_split_once_and_res
      "on a log scale"),
     (lambda t: t.update(noises=["sc75"]), "tuning.noises[0]"),
     (lambda t: t.update(trials=0), "tuning.trials"),
+    (lambda t: t.update(seeds=[]), "tuning.seeds: []"),
+    (lambda t: t.update(seeds=[0, 0]), "tuning.seeds"),
+    (lambda t: t.update(seeds=[-1]), "tuning.seeds: [-1]"),
     (lambda t: t.update(chains=["sgps_posterior"]), "tuning.chains[0]: 'sgps_posterior' is no chained run of glyphs/sym50"),
     (lambda t: t["sampler"].update(name="grid"), "tuning.spaces.mcl.train.optimizer.lr: a range under tuning.sampler.name grid"),
 ])
@@ -314,3 +349,41 @@ def test_the_orderings_experiment_is_valid_through_dvcs_own_overrides(tmp_path, 
     tuned = {r.name for r in runs_of(params) if r.kind.name == "tuned"}
     assert tuned == {f"{name}_tuned" for name in script.METHODS + script.CHAINED}
     assert {r.noise for r in runs_of(params)} == set(script.NOISES) and params["grid"]["seeds"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("family, dataset, noise", [("sgps", "glyphs", "sym50"), ("sgps", "motifs", "sc50"),
+                                                    ("spa", "glyphs", "sc50"), ("spa", "motifs", "sym50")])
+def test_the_ablation_grids_are_valid_through_dvcs_own_overrides(tmp_path, family, dataset, noise):
+    """scripts/method_ablations.py's -S arguments (docs/ablations.md), applied by DVC's code to params.yaml, validate
+    and train every variant at 3 seeds beside its baseline: SGPS's as figures.sgps_ablations runs, Smooth
+    Proxy-Anchor's readings as chained runs from phase 1."""
+    import importlib.util
+    import shutil
+
+    from dvc.utils.hydra import apply_overrides
+
+    from conftest import REPO
+    from noisydml.config import load_params
+    from noisydml.pipeline.check import check_all
+    from noisydml.studies import all_runs
+
+    spec = importlib.util.spec_from_file_location("method_ablations", REPO / "scripts" / "method_ablations.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    apply_overrides(tmp_path / "params.yaml", script.overrides(family, dataset, noise))
+    params = check_all(load_params(tmp_path / "params.yaml"))
+    runs = all_runs(params)
+    assert {(r.dataset, r.noise) for r in runs} == {(dataset, noise)}
+    names = {r.name for r in runs}
+    if family == "sgps":
+        assert names == {"prism", "sgps", *(f"sgps_{v}" for v in script.SGPS_VARIANTS)}
+        hp = {r.name: r.params(params)["methods"]["sgps"] for r in runs if r.name.startswith("sgps_")}
+        assert hp["sgps_fwd_authors"]["authors"] == {"selection_on_all": True, "clean_loss_on_all": True,
+                                                     "positives_update_bank": True}
+        assert hp["sgps_forward"]["authors"]["selection_on_all"] is False
+    else:
+        assert names == {"proxy_anchor_frozen", "spa_confidence", "ms_rho1", "bspml", *script.SPA_READINGS}
+        hp = {r.name: r.params(params)["methods"]["spa_smooth_loss"] for r in runs if r.name in script.SPA_READINGS}
+        assert hp["spa_one_sided"]["smoothing"] == "one_sided" and hp["spa_neg1"]["weight_negatives"] is False
+    assert {r.seed for r in runs} == {0, 1, 2}

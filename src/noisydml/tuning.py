@@ -36,14 +36,16 @@ from typing import Any, Mapping
 
 from noisydml.runs import TUNED_RUNS_SCHEMA, chain_params, check_tuned_runs, find_chain, split_key
 from noisydml.schema import (
-    Field, ParamsError, SectionCheck, check_choice, check_section, mapping_or_empty,
+    Field, ParamsError, SectionCheck, check_choice, check_section, check_unique, mapping_or_empty,
 )
 
 TUNING_SCHEMA = {
     **TUNED_RUNS_SCHEMA,
     "trials": Field(int, min=1, help="trials per study: the same budget for every method"),
     "validation_classes": Field(int, min=2, help="training classes held out (by noisy label) to score a trial"),
-    "seed": Field(int, min=0, help="the seed of every trial's training and of the sampler"),
+    "seed": Field(int, min=0, help="the seed of the sampler, of the held-out classes and of a chain's upstream runs"),
+    "seeds": Field(list, help="every trial trains once per seed listed and is scored by the mean of their validation "
+                              "P@1 (ours: [0] = one run per trial); the budget is trials x seeds for every method"),
     "sampler": Field(dict, help="Optuna's sampler: {name: tpe | random, startup_trials}"),
     "spaces": Field(dict, help="method -> {key: {low, high, log, paper} | {choices, paper}}"),
 }
@@ -139,6 +141,10 @@ def check_tuning(section: Any, p: dict[str, Any], raw: Mapping[str, Any] | None 
     """params.yaml's ``tuning`` (``p``: params validated so far, ``grid``, ``methods`` and ``chains`` included)."""
     t = {**check_section(section, TUNING_SCHEMA, "tuning"), **check_tuned_runs(section, p, raw or p)}
     t["sampler"] = check_section(t["sampler"], SAMPLER_SCHEMA, "tuning.sampler")
+    if not t["seeds"] or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in t["seeds"]):
+        raise ParamsError(f"tuning.seeds: {t['seeds']!r}; allowed: a non-empty list of seeds (integers >= 0), e.g. "
+                          "[0] or [0, 1, 2]")
+    check_unique(t["seeds"], "tuning.seeds")
     spaces = mapping_or_empty(t["spaces"], "tuning.spaces", "method -> search space")
     for name in spaces:
         check_choice(name, list(p["methods"]), "tuning.spaces", "method of methods")
@@ -167,8 +173,6 @@ def check_tuning(section: Any, p: dict[str, Any], raw: Mapping[str, Any] | None 
                     raise ParamsError(f"tuning.spaces.{name}.{key}: a range under tuning.sampler.name grid; allowed: "
                                       "{choices: [...]} for every key of a space searched (or sampler tpe / random)")
     return t
-
-
 
 
 def untuned_values(params: Mapping[str, Any], method: str, space: Mapping[str, dict]) -> dict[str, Any]:

@@ -13,6 +13,10 @@ is ours is how a trial trains and is scored, and how a killed study resumes:
   (``.checkpoints/tuning/...``, outside DVC's outputs) and is then told its score.
 - **no test data**: a trial trains on the noisy training labels minus ``tuning.validation_classes`` held-out
   classes and is scored on those (P@1 of the last epoch); the trainer is never handed the test split.
+- **several seeds per trial** (``tuning.seeds``): a trial trains once per seed and is scored by the mean of their
+  validation P@1 (each seed's score in ``trials.csv``), so one seed's luck does not choose the values; the budget,
+  trials x seeds runs, is the same for every method. The held-out classes, the sampler and a chain's upstream runs
+  keep ``tuning.seed``.
 - **a chained run** (``tuning.chains``): its upstream runs (the grid method it starts from, then every chain before
   it) are trained once, untuned, on the same kept classes, into ``upstream/<run>/`` of the study's folder (ours:
   an upstream trained on all training classes would have seen the held-out ones, and SGPS's posterior clean starts
@@ -132,9 +136,11 @@ def tune(params: dict, dataset: str, noise: str, name: str, layout: Layout = Lay
             trial = asking.ask(distributions)
             trial_number, values = trial.number, trial.params
         print(f"tune {label}: trial {trial_number + 1}/{budget} {_short(values)}", flush=True)
-        score = trainer.score(trial_number, values, folder, upstream)
+        score, per_seed = trainer.score(trial_number, values, folder, upstream)
         study.tell(trial_number, score)
-        print(f"tune {label}: trial {trial_number + 1}/{budget} validation P@1 {score:.4f}", flush=True)
+        seeds = ", ".join(f"seed {k} {v:.4f}" for k, v in per_seed.items())
+        print(f"tune {label}: trial {trial_number + 1}/{budget} validation P@1 {score:.4f}"
+              + (f" (mean of {seeds})" if len(per_seed) > 1 else ""), flush=True)
     _write_outputs(study, subject, budget, folder)
     return folder
 
@@ -228,24 +234,44 @@ class _TrialTrainer:
             previous = out
         return previous
 
-    def score(self, number: int, values: dict, folder: Path, upstream: Path | None) -> float:
-        """Trial ``number``: the subject with ``values``, trained (after ``upstream``, for a chain) and scored."""
+    def score(self, number: int, values: dict, folder: Path, upstream: Path | None) -> tuple[float, dict[int, float]]:
+        """Trial ``number``: the subject with ``values``, trained (after ``upstream``, for a chain) once per seed of
+        ``tuning.seeds`` and scored by the mean of their validation P@1; also each seed's score. A seed already
+        scored (``trials/<k>.seed<s>.csv``: a study killed between seeds) is read back, not retrained."""
+        seeds = self.params["tuning"]["seeds"]
+        histories, scores = [], {}
+        for seed in seeds:
+            done = folder / "trials" / f"{number}.seed{seed}.csv"
+            if not done.is_file():
+                history = self._score_seed(number, seed, values, upstream)
+                io.write_with(done, lambda p, h=history: h.to_csv(p, index=False))
+            history = pd.read_csv(done)
+            scores[seed] = float(history["val_precision_at_1"].iloc[-1])
+            histories.append(history.assign(seed=seed))
+        table = pd.concat(histories, ignore_index=True)
+        io.write_with(folder / "trials" / f"{number}.csv", lambda p: table.to_csv(p, index=False))
+        for seed in seeds:
+            (folder / "trials" / f"{number}.seed{seed}.csv").unlink()
+        return float(np.mean([scores[s] for s in seeds])), scores
+
+    def _score_seed(self, number: int, seed: int, values: dict, upstream: Path | None) -> pd.DataFrame:
+        """One seed of trial ``number``: its epochs (validation P@1 as ``val_precision_at_1``)."""
         subject = self.subject
         params = subject.run.params(self.params, values)
         started = time.time()
-        result, _, tracker = self._fit(params, subject.method, f"trial{number}", f"{subject.name} · {self.noise} · trial "
-                              f"{number}", subject.steps[-1][1] if subject.steps else None, upstream,
-                              trial=number, values=values)
+        part = f"trial{number}" if seed == self.params["tuning"]["seed"] else f"trial{number}-seed{seed}"
+        result, _, tracker = self._fit(params, subject.method, part, f"{subject.name} · {self.noise} · trial "
+                                       f"{number} · seed {seed}", subject.steps[-1][1] if subject.steps else None,
+                                       upstream, trial=number, values=values, seed=seed)
         history = pd.DataFrame(result.history).rename(columns=lambda c: c.replace("test_", "val_", 1))
-        io.write_with(folder / "trials" / f"{number}.csv", lambda p: history.to_csv(p, index=False))
-        score = float(history["val_precision_at_1"].iloc[-1])
-        tracker.log_metrics({"val_precision_at_1": score, "trial_seconds": time.time() - started}, step=0)
+        tracker.log_metrics({"val_precision_at_1": float(history["val_precision_at_1"].iloc[-1]),
+                             "trial_seconds": time.time() - started}, step=0)
         tracker.end(status="FINISHED")
-        self.checkpoint(f"trial{number}").unlink(missing_ok=True)
-        return score
+        self.checkpoint(part).unlink(missing_ok=True)
+        return history
 
     def _fit(self, params: dict, method: str, part: str, run_name: str, chain: dict | None, upstream: Path | None,
-             trial: int | None = None, values: dict | None = None):
+             trial: int | None = None, values: dict | None = None, seed: int | None = None):
         """Train ``method`` with ``params`` on the kept classes (from ``upstream`` for a chain), the held-out classes
         in the test set's place; a trial scores its last epoch, an upstream run keeps its own model selection."""
         params = {**params, "train": {**params["train"], "validation_classes": self.params["tuning"]
@@ -257,7 +283,8 @@ class _TrialTrainer:
             return MlflowTracker(
                 f"{mlflow_experiment(params, self.dataset)}-tuning", run_name,
                 params={"dataset": self.dataset, "noise": self.noise, "method": method, "tuned": self.subject.name,
-                        **({"trial": trial, "values": values} if trial is not None else {"upstream_of": self.subject.name}),
+                        **({"trial": trial, "values": values, "seed": seed} if trial is not None
+                           else {"upstream_of": self.subject.name}),
                         "method_hparams": hparams, "train": params["train"]},
                 tags={"dvc_stage": f"{'tune_chain' if self.subject.steps else 'tune'}@{self.label}",
                       "dataset": self.dataset, "noise": self.noise, "method": method,
@@ -265,7 +292,8 @@ class _TrialTrainer:
                       "run_fingerprint": spec.fingerprint(), **standard_tags(self.layout.root)},
                 root=self.layout.root)
 
-        built = build_job(params, method, params["tuning"]["seed"], self.data, self.layout, self.checkpoint(part),
+        seed = params["tuning"]["seed"] if seed is None else seed
+        built = build_job(params, method, seed, self.data, self.layout, self.checkpoint(part),
                           tracker=tracking_run, code=(__name__,), where=f"tune {self.label}: {run_name}", chain=chain,
                           upstream_dir=upstream, pretrained=(self.backbone_state, self.pretrained),
                           held_out_as_test=True)
@@ -277,6 +305,13 @@ class _TrialTrainer:
         return result, built.data, built.job.tracker
 
 
+def _seed_scores(folder: Path, number: int) -> dict[str, float]:
+    """Trial ``number``'s validation P@1 per seed (its last epoch of each), from ``trials/<k>.csv``."""
+    table = pd.read_csv(folder / "trials" / f"{number}.csv")
+    return {f"val_precision_at_1_seed{seed}": float(group["val_precision_at_1"].iloc[-1])
+            for seed, group in table.groupby("seed", sort=False)}
+
+
 def _write_outputs(study, subject: Subject, budget: int, folder: Path) -> None:
     """trials.csv and chosen.json (the best of the first ``budget`` trials; ties: the earliest)."""
     import optuna
@@ -284,7 +319,7 @@ def _write_outputs(study, subject: Subject, budget: int, folder: Path) -> None:
     done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
             if t.number < budget]
     rows = [{"trial": t.number, "first": t.user_attrs.get("source") == "first", **t.params,
-             "val_precision_at_1": t.value} for t in done]
+             "val_precision_at_1": t.value, **_seed_scores(folder, t.number)} for t in done]
     table = pd.DataFrame(rows).sort_values("trial")
     io.write_with(folder / "trials.csv", lambda p: table.to_csv(p, index=False))
     best = max(done, key=lambda t: (t.value, -t.number))
@@ -294,9 +329,11 @@ def _write_outputs(study, subject: Subject, budget: int, folder: Path) -> None:
         "first_trials": [{"trial": t.number, "values": t.params, "val_precision_at_1": t.value}
                          for t in done if t.user_attrs.get("source") == "first"],
         "objective": f"P@1 at the last epoch on {tuning['validation_classes']} held-out training classes (noisy "
-                     "labels); the test split is never read",
+                     f"labels), the mean over the trial's seeds {tuning['seeds']}; the test split is never read",
         **({"upstream": f"{' -> '.join([subject.root, *(c['name'] for _, c in subject.steps[:-1])])}, untuned, "
                         "trained once on the same split"} if subject.steps else {}),
+        "seeds": tuning["seeds"], "seed_scores": _seed_scores(folder, best.number),
+        "budget_runs": budget * len(tuning["seeds"]),
         "sampler": tuning["sampler"], "seed": tuning["seed"], "validation_classes": tuning["validation_classes"],
         "optuna": optuna.__version__,
     })

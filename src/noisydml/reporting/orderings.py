@@ -53,12 +53,25 @@ def paired(per_seed: pd.DataFrame, claims: Iterable, metric: str, noise_names: d
                      for s in seeds]
             mean = sum(diffs) / len(diffs)
             sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) if len(diffs) > 1 else math.nan
+            better = group[(group["method"] == claim.better) & group["seed"].isin(seeds)].sort_values("seed")
             rows.append({"study": study, "claim": claim.says, "better": claim.better, "than": claim.than,
                          "dataset": dataset, "noise": noise, "noise_name": noise_names.get((dataset, noise), noise),
                          "metric": metric, "seeds": len(seeds), "differences": diffs, "mean": mean, "sd": sd,
                          "agree": sum(d > 0 for d in diffs), "verdict": verdict(diffs),
+                         "diagnostics": _diagnostics(better, getattr(claim, "diagnostics", ())),
                          "label": f"{label(claim.better)} vs {label(claim.than)}"})
-    return pd.DataFrame(rows, columns=[*columns, "label"])
+    return pd.DataFrame(rows, columns=[*columns, "diagnostics", "label"])
+
+
+def _diagnostics(runs: pd.DataFrame, wanted: Iterable[tuple[str, str]]) -> str:
+    """The claimed run's decisions that explain the ordering, per seed: ``what: a, b, c`` (shares, seed order);
+    a measure with no value in any seed (e.g. closed-set scores under open-set noise) is left out."""
+    parts = []
+    for column, what in wanted:
+        if column not in runs or runs[column].isna().all():
+            continue
+        parts.append(f"{what}: " + ", ".join("–" if math.isnan(v) else f"{v:.2f}" for v in runs[column].astype(float)))
+    return "; ".join(parts)
 
 
 def section(table: pd.DataFrame, metric: str) -> list[str]:
@@ -73,14 +86,33 @@ def section(table: pd.DataFrame, metric: str) -> list[str]:
           "and in how many seeds the claim holds. "
           + (f"**{ONE_SEED}**: add seeds (`-S 'grid.seeds=[0,1,2]'`) for a verdict." if one_seed
              else f"Verdict: {RULE}."), "",
+          "The last column is the claimed method's own decisions per seed, scored by the trainer against ground truth "
+          "the method never sees: what the ordering hinges on, so a miss comes with its cause.", "",
           f"| paper | claim | rows | dataset | noise | per-seed difference ({head} points) | mean ± sd | seeds "
-          "where it holds | verdict |", "|:---|:---|:---|:---|:---|---:|---:|---:|:---|"]
+          "where it holds | verdict | the claimed method's decisions, per seed |",
+          "|:---|:---|:---|:---|:---|---:|---:|---:|:---|:---|"]
     for r in table.itertuples():
         diffs = ", ".join(f"{d:+.{DIGITS}f}" for d in r.differences)
         spread = f"{r.mean:+.{DIGITS}f}" + ("" if math.isnan(r.sd) else f" ± {r.sd:.{DIGITS}f}")
         verdict_text = ONE_SEED if r.seeds == 1 else r.verdict
         md.append(f"| {r.study} | {r.claim} | {r.label} | {r.dataset} | {r.noise_name} | {diffs} | {spread} | "
-                  f"{r.agree} of {r.seeds} | {verdict_text} |")
+                  f"{r.agree} of {r.seeds} | {verdict_text} | {r.diagnostics or '–'} |")
+    return md + [""] + robustness(table)
+
+
+def robustness(table: pd.DataFrame) -> list[str]:
+    """Per claim, where it holds, is undecided or reversed (dataset / noise settings): the robustness summary."""
+    decided = table[table["seeds"] > 1]
+    if decided.empty:
+        return []
+    md = ["Where each claim holds (settings with at least two seeds):", ""]
+    for (study, claim), group in decided.groupby(["study", "claim"], sort=False):
+        parts = []
+        for outcome in (HOLDS, OPEN, REVERSED):
+            where = [f"{r.dataset} {r.noise_name}" for r in group.itertuples() if r.verdict == outcome]
+            if where:
+                parts.append(f"{outcome} on {', '.join(where)}")
+        md.append(f"- {study}, {claim}: " + "; ".join(parts) + ".")
     return md + [""]
 
 

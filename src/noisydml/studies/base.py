@@ -98,6 +98,9 @@ class Claim:
     better: str
     than: str
     says: str
+    #: The claimed run's decisions that explain an ordering (``(results column, what it measures)``, scored by the
+    #: trainer from ground truth the method never sees): shown beside every setting, so a miss comes with its cause.
+    diagnostics: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

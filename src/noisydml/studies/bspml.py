@@ -272,5 +272,7 @@ STUDY = Study(
     kinds=(EMBEDDING_SIZE, BSPML_CELL),
     runs=runs,
     report=report,
-    claims=(Claim("bspml", "ms_rho1", "BSPML above MS at its rho = 1 (Table 2)"),),
+    claims=(Claim("bspml", "ms_rho1", "BSPML above MS at its rho = 1 (Table 2)",
+                            diagnostics=(("final_diag_weight_clean", "mean weight, clean"),
+                                         ("final_diag_weight_noisy", "mean weight, noisy"))),),
 )

@@ -42,6 +42,10 @@ def report(ctx: ReportContext) -> list[str]:
             pd.DataFrame(rows).to_markdown(index=False), ""]
 
 
+#: What PRISM's claims hinge on: how well its selection separates clean from noisy samples.
+SELECTION = (("final_diag_selection_precision", "kept: clean share"),
+             ("final_diag_selection_recall", "clean samples kept"))
+
 STUDY = Study(name="prism", title="PRISM (CVPR 2021)", report=report,
-              claims=(Claim("prism", "mcl", "PRISM above its base loss MCL (Tables 1-2)"),
-                      Claim("softtriple_prism", "softtriple", "PRISM lifts SoftTriple (Tables 1-2)")))
+              claims=(Claim("prism", "mcl", "PRISM above its base loss MCL (Tables 1-2)", diagnostics=SELECTION),
+                      Claim("softtriple_prism", "softtriple", "PRISM lifts SoftTriple (Tables 1-2)", diagnostics=SELECTION)))

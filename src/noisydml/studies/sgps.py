@@ -272,8 +272,13 @@ def report(ctx: ReportContext) -> list[str]:
     return md
 
 
+#: What SGPS's claims hinge on: whether the positives SGM draws for rejected samples are of their true class.
+POSITIVES = (("final_diag_positive_precision", "drawn positives of the true class"),
+             ("final_diag_purity_bottom_up", "c^B purity"),
+             ("final_diag_selection_precision", "kept: clean share"))
+
 STUDY = Study(name="sgps", title="SGPS (IEEE TIP 2024)", sections={"sgps_ablations": check_ablations},
               kinds=(SGPS_ABLATION,), runs=runs,
               report=report,
-              claims=(Claim("sgps", "prism", "SGPS above PRISM (Tables I-II)"),
-                      Claim("sgps_posterior", "sgps", "posterior data clean lifts SGPS (Table I's SGPS-MCL)")))
+              claims=(Claim("sgps", "prism", "SGPS above PRISM (Tables I-II)", diagnostics=POSITIVES),
+                      Claim("sgps_posterior", "sgps", "posterior data clean lifts SGPS (Table I's SGPS-MCL)", diagnostics=POSITIVES)))

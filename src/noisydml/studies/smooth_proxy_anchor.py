@@ -82,4 +82,7 @@ def report(ctx: ReportContext) -> list[str]:
 
 STUDY = Study(name="smooth_proxy_anchor", title="Smooth Proxy-Anchor (2020)", report=report,
               claims=(Claim("smooth_proxy_anchor", "proxy_anchor_frozen",
-                            "Smooth Proxy-Anchor above Proxy-Anchor on the same frozen backbone"),))
+                            "Smooth Proxy-Anchor above Proxy-Anchor on the same frozen backbone",
+                            diagnostics=(("final_diag_weight_clean", "mean weight, clean"),
+                                         ("final_diag_weight_noisy", "mean weight, noisy"),
+                                         ("final_diag_pseudo_label_accuracy", "relabelling accuracy"))),))

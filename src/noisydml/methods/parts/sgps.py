@@ -30,6 +30,15 @@ PRISM. What PRISM throws away, SGPS uses:
   anchor's subgroup-mates, FFN ``ffn_factor x d``), outputs summed and normalised (Sec. III-E). Ours (A5): 4 heads,
   no positional encoding, dropout 0, and the residual branches' output layers start at zero, so TransProto starts
   as the normalised Mean and learns from there. Every prototype is L2-normalised (A4).
+- **The authors' training loop** (``authors``, each off by default; ``sgps/loss/noisefree.py`` and
+  ``sgps/systems/sgps.py`` of their code, not the paper; with ``positive_source: forward`` only):
+  ``selection_on_all``: PCS runs a second time per step on all forwarded images (the queries and their K
+  positives each, with their own noisy labels), pushing a second ``Q_t`` into the same sTRM window and leaving the
+  memory and centres alone; L_noise's anchors are the queries this second call rejects (their ``keep_bool``).
+  ``clean_loss_on_all``: L_clean a second time, weight 1, on every image the second call keeps (queries and
+  positives) against the memory of earlier steps, nothing enqueued (their ``loss_pr_all``; needs
+  ``selection_on_all``). ``positives_update_bank``: the forwarded positives' features also update their bank
+  rows by Eq. 3 (their ``update_feature`` over all the step's indices), once per row per step.
 - **L_noise** (Eqs. 13-16): ``-log e^{(z.r - delta)/tau} / (e^{(z.r - delta)/tau} + sum_{j in N_i} e^{z.z_j/tau})``,
   negatives the batch rows (Eq. 14) and memory entries (Eq. 15) whose noisy label, ``c^B`` and ``c^T`` all differ
   from the anchor's (in the one-label ablations only the labels in use count, A19; memory entries' subgroups are
@@ -52,6 +61,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from pytorch_metric_learning import losses as pml_losses
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from noisydml.methods.base import Batch, Decisions, EpochContext, ExtraRows, MethodSetup, MethodSpec
 from noisydml.methods.parts.prism import PrismMethod, selector_schema
@@ -87,6 +99,17 @@ TRANSPROTO_SCHEMA = {
     "ffn_factor": Field(int, 2, min=1, help="FFN width = factor x embedding dim (ours)"),
     "conditioning": Field(int, 16, min=1, help="bank features of subgroup-mates attended to (ours)"),
 }
+AUTHORS_SCHEMA = {
+    "selection_on_all": Field(bool, False,
+                              help="authors' code: PCS again on all forwarded images into the same window; L_noise's "
+                                   "anchors from it (needs positive_source forward)"),
+    "clean_loss_on_all": Field(bool, False,
+                               help="authors' code: L_clean a second time on every image the second PCS call keeps "
+                                    "(needs selection_on_all)"),
+    "positives_update_bank": Field(bool, False,
+                                   help="authors' code: the forwarded positives' features update their bank rows "
+                                        "(Eq. 3) too (needs positive_source forward)"),
+}
 SGPS_SCHEMA = {
     "positives_per_sample": Field(int, 4, min=1, help="K: positives per rejected sample (Sec. IV-E: 4)"),
     "positive_source": Field(str, "bank", choices=POSITIVE_SOURCES,
@@ -103,6 +126,8 @@ SGPS_SCHEMA = {
                            help="alpha of Eq. 3, the weight of the new feature (authors' config 0.9; A8)"),
     "sgm": Field(dict, {k: f.default for k, f in SGM_SCHEMA.items()}),
     "transproto": Field(dict, {k: f.default for k, f in TRANSPROTO_SCHEMA.items()}),
+    "authors": Field(dict, {k: f.default for k, f in AUTHORS_SCHEMA.items()},
+                     help="the authors' training-loop options (off: the paper's loop)"),
 }
 
 
@@ -322,6 +347,27 @@ class SgpsMethod(PrismMethod):
         return (torch.logsumexp(all_logits, dim=1) - positive_logit).mean()
 
     def noise_loss(self, batch: Batch, keep: torch.Tensor):
+        """L_noise on the rejected queries; with the authors' options, on those their second PCS call rejects, plus
+        their second L_clean."""
+        authors = self.hparams["authors"]
+        if not (authors["selection_on_all"] and batch.extra is not None):
+            return self._noise_term(batch, keep)
+        fell_back = self.threshold.fell_back  # the query call's, as PRISM logs it
+        images = torch.cat([batch.embeddings, batch.extra.embeddings])
+        labels = torch.cat([batch.labels, batch.extra.labels])
+        keep_all = self.select(images, labels, batch.step)  # the second Q_t enters the same window
+        self.threshold.fell_back = fell_back
+        value, logs = self._noise_term(batch, keep_all[: len(keep)])
+        logs["sgps_anchor_disagreement"] = float((keep_all[: len(keep)] != keep).float().mean())
+        if authors["clean_loss_on_all"]:
+            term = clean_loss_without_enqueue(self.base, images[keep_all], labels[keep_all], batch.step,
+                                              batch_size=len(images))
+            value = value + term
+            logs["sgps_clean_all"] = float(term.detach())
+        return value, logs
+
+    def _noise_term(self, batch: Batch, keep: torch.Tensor):
+        """Eqs. 13-16 on the batch rows ``~keep`` that have positives."""
         hp = self.hparams
         zero = batch.embeddings.sum() * 0.0
         logs = {"sgps_noise_batch": 0.0, "sgps_noise_bank": 0.0, "sgps_anchor_fraction": 0.0,
@@ -363,10 +409,20 @@ class SgpsMethod(PrismMethod):
 
     @torch.no_grad()
     def _update_bank(self, batch: Batch) -> None:
-        """Eq. 3, alpha on the new feature (A8), re-normalised."""
+        """Eq. 3, alpha on the new feature (A8), re-normalised: the batch's rows; with ``positives_update_bank`` then
+        the forwarded positives' rows that are not batch rows, each once (its first forwarded image)."""
         alpha = self.hparams["bank_momentum"]
-        new = F.normalize(batch.embeddings.detach().float(), dim=1)
-        self.bank[batch.index] = F.normalize(alpha * new + (1.0 - alpha) * self.bank[batch.index], dim=1)
+        rows, embeddings = batch.index, batch.embeddings
+        if self.hparams["authors"]["positives_update_bank"] and batch.extra is not None:
+            extra_rows = batch.extra.index.cpu().numpy()
+            _, first = np.unique(extra_rows, return_index=True)
+            first = np.sort(first)
+            first = first[~np.isin(extra_rows[first], batch.index.cpu().numpy())]
+            at = torch.from_numpy(first).to(batch.extra.index.device)
+            rows = torch.cat([rows, batch.extra.index[at]])
+            embeddings = torch.cat([embeddings, batch.extra.embeddings[at]])
+        new = F.normalize(embeddings.detach().float(), dim=1)
+        self.bank[rows] = F.normalize(alpha * new + (1.0 - alpha) * self.bank[rows], dim=1)
 
     # ------------------------------------------------------------------ decisions and exports
 
@@ -394,6 +450,27 @@ class SgpsMethod(PrismMethod):
         return out
 
 
+def clean_loss_without_enqueue(base, embeddings: torch.Tensor, labels: torch.Tensor, step: int,
+                               batch_size: int) -> torch.Tensor:
+    """The clean loss of ``embeddings`` (:class:`~noisydml.methods.parts.pml.PMLMethod` ``base``) against each other
+    and, for XBM's memory, against the memory as it is, without enqueueing them (the authors' ``loss_pr_all``:
+    their batch term over the kept images plus their bank term against the memory of earlier steps)."""
+    fn = base.loss_fn
+    if len(embeddings) == 0:
+        return embeddings.sum() * 0.0
+    if not isinstance(fn, pml_losses.CrossBatchMemory) or step < base.hparams["memory_warmup_steps"]:
+        wrapped = fn.loss if isinstance(fn, pml_losses.CrossBatchMemory) else fn
+        value = wrapped(embeddings, labels)
+    else:
+        end = len(fn.embedding_memory) if fn.has_been_filled else fn.queue_idx
+        reference = torch.cat([embeddings, fn.embedding_memory[:end].to(embeddings.device, embeddings.dtype)])
+        reference_labels = torch.cat([labels, fn.label_memory[:end].to(labels.device, labels.dtype)])
+        a1, p, a2, n = lmu.get_all_pairs_indices(labels, reference_labels)
+        not_self = a1 != p  # the first rows of the reference are the embeddings themselves
+        value = fn.loss(embeddings, labels, (a1[not_self], p[not_self], a2, n), reference, reference_labels)
+    return value / batch_size if base.sum_over_batch else value
+
+
 def sgps_spec(base: "PMLBaseline", description: str) -> MethodSpec:
     """SGPS around the pml loss ``base`` (L_clean; :class:`~noisydml.methods.parts.pml.PMLBaseline`)."""
     from noisydml.methods.parts.pml import loss_schema
@@ -406,11 +483,20 @@ def sgps_spec(base: "PMLBaseline", description: str) -> MethodSpec:
                               f"{hp['sgm']['lambda_max']}; allowed: lambda_min <= lambda_max (Alg. 1)")
         if hp["noise_rate"] == 0:
             raise ParamsError(f"{where}.noise_rate: 0 rejects nothing, so L_noise never applies; allowed: (0, 0.99]")
+        authors = hp["authors"]
+        for key in ("selection_on_all", "positives_update_bank"):
+            if authors[key] and hp["positive_source"] != "forward":
+                raise ParamsError(f"{where}.authors.{key}: true needs forwarded positives, but {where}.positive_source "
+                                  f"is {hp['positive_source']!r}; allowed: positive_source: forward, or {key}: false")
+        if authors["clean_loss_on_all"] and not authors["selection_on_all"]:
+            raise ParamsError(f"{where}.authors.clean_loss_on_all: true needs the second selection that chooses its "
+                              f"images; allowed: authors.selection_on_all: true, or clean_loss_on_all: false")
 
     return MethodSpec(
         build=lambda setup: SgpsMethod(setup, base),
         schema=schema,
         description=description,
-        nested={"loss": loss_schema(base), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA},
+        nested={"loss": loss_schema(base), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA,
+                "authors": AUTHORS_SCHEMA},
         validate=validate,
     )

@@ -16,7 +16,9 @@
   reconstruction [R]**, each a parameter:
 
   - smoothing ``S(c) = sigmoid(sharpness * (c - position))`` (``sharpness`` 10, ``position`` 0.5: values ours);
-    ``hard: true`` makes it the step ``c >= position``;
+    ``hard: true`` makes it the step ``c >= position``; ``smoothing: one_sided`` makes it ``min(1, 2 S(c))``, so a
+    sample at or above the position keeps its whole weight and only doubtful ones lose weight (whether clean
+    samples can lose weight: the text does not say);
   - relabelling: the positive proxies of x are ``{p : c(x, p) >= tau}`` (``tau`` 0.5, ours); the given label is
     dropped when its confidence is below ``tau``; a sample with no positive proxy is a negative of every proxy;
   - the loss (Proxy-Anchor's, Kim et al. 2020, Eq. 4 there, with ``alpha`` 32 and ``margin`` delta 0.1 from
@@ -56,6 +58,7 @@ from noisydml.schema import Field
 
 OBJECTIVES = ("bce", "softmax")
 WEIGHTINGS = ("pair", "sample")
+SIDES = ("two_sided", "one_sided")
 #: What phase 1 exports and phase 2 takes (the chain's ``inputs``).
 EXPORTS = ("confidence_classes", "confidence_values", "confidence_label")
 
@@ -79,6 +82,9 @@ SMOOTH_PA_SCHEMA = {
     "sharpness": Field(float, 10.0, min=0.0, help="k of S(c) = sigmoid(k (c - c0)) ([S] names it; value ours [R])"),
     "position": Field(float, 0.5, help="c0 of S(c) ([S] names it; value ours [R])"),
     "hard": Field(bool, False, help="S(c) = step(c >= position) instead of the sigmoid (the unit test's case)"),
+    "smoothing": Field(str, "two_sided", choices=SIDES,
+                       help="two_sided: S(c) = sigmoid(k (c - c0)), every sample loses some weight (ours [R]); "
+                            "one_sided: min(1, 2 sigmoid(k (c - c0))), samples at or above c0 keep weight 1 (ours [R])"),
     "tau": Field(float, 0.5, min=0.0, max=1.0, help="a proxy is positive for x when c(x, p) >= tau ([S]; value ours [R])"),
     "weighting": Field(str, "pair", choices=WEIGHTINGS,
                        help="positive terms weighted by S(c(x, p)) (pair, ours [R]) or by S(max_q c(x, q)) (sample)"),
@@ -106,10 +112,15 @@ class FrozenBackbone:
         return float(self.hparams["head_lr_multiplier"])
 
 
-def smoothing(c: torch.Tensor, sharpness: float, position: float, hard: bool = False) -> torch.Tensor:
-    """``S(c) = sigmoid(sharpness (c - position))`` [R]; the step ``c >= position`` when ``hard``."""
+def smoothing(c: torch.Tensor, sharpness: float, position: float, hard: bool = False,
+              one_sided: bool = False) -> torch.Tensor:
+    """``S(c) = sigmoid(sharpness (c - position))`` [R]; the step ``c >= position`` when ``hard``; with
+    ``one_sided``, ``min(1, 2 sigmoid(...))``: 1 from the position up (a confident sample keeps its whole weight),
+    continuous there, falling to 0 below it [R]."""
     if hard:
         return (c >= position).to(c.dtype)
+    if one_sided:
+        return (2.0 * torch.sigmoid(sharpness * (c - position))).clamp(max=1.0)
     return torch.sigmoid(sharpness * (c - position))
 
 
@@ -125,21 +136,22 @@ def dense_confidences(classes: torch.Tensor, values: torch.Tensor, num_classes: 
 
 
 def positive_weight(confidence: torch.Tensor, top_confidence: torch.Tensor, *, sharpness: float, position: float,
-                    hard: bool, weighting: str) -> torch.Tensor:
+                    hard: bool, weighting: str, one_sided: bool = False) -> torch.Tensor:
     """The weight of x's positive term for a proxy of confidence ``c(x, p)`` [R]: ``S(c(x, p))`` (``pair``) or
     ``S(max_q c(x, q))`` (``sample``; ``top_confidence`` is that maximum)."""
-    return smoothing(top_confidence if weighting == "sample" else confidence, sharpness, position, hard)
+    return smoothing(top_confidence if weighting == "sample" else confidence, sharpness, position, hard, one_sided)
 
 
 def smooth_proxy_anchor_loss(cos: torch.Tensor, confidences: torch.Tensor, *, alpha: float, margin: float,
                              tau: float, sharpness: float, position: float, hard: bool = False,
-                             weighting: str = "pair", weight_negatives: bool = True):
+                             weighting: str = "pair", weight_negatives: bool = True, one_sided: bool = False):
     """The confidence-weighted Proxy-Anchor loss [R] (module docstring) of cosine similarities ``cos`` (B, C)
     between embeddings and proxies, given confidences (B, C). Returns ``(loss, logs)``."""
     positive = relabel(confidences, tau)
     pos_weight = positive_weight(confidences, confidences.max(dim=1, keepdim=True).values, sharpness=sharpness,
-                                 position=position, hard=hard, weighting=weighting).expand_as(cos)
-    neg_weight = 1.0 - smoothing(confidences, sharpness, position, hard) if weight_negatives else torch.ones_like(cos)
+                                 position=position, hard=hard, weighting=weighting, one_sided=one_sided).expand_as(cos)
+    neg_weight = (1.0 - smoothing(confidences, sharpness, position, hard, one_sided) if weight_negatives
+                  else torch.ones_like(cos))
     # a weight enters as log w inside the log-sum; a zero weight drops the term (the weights carry no gradient)
     pos_keep, neg_keep = positive & (pos_weight > 0), ~positive & (neg_weight > 0)
     log_pos = torch.where(pos_keep, pos_weight.clamp_min(1e-30).log(), torch.zeros_like(cos))
@@ -274,18 +286,20 @@ class SmoothProxyAnchor(FrozenBackbone, Method):
         return smooth_proxy_anchor_loss(
             cos, self.batch_confidences(batch.index), alpha=hp["loss"]["alpha"], margin=hp["loss"]["margin"],
             tau=hp["tau"], sharpness=hp["sharpness"], position=hp["position"], hard=hp["hard"],
-            weighting=hp["weighting"], weight_negatives=hp["weight_negatives"])
+            weighting=hp["weighting"], weight_negatives=hp["weight_negatives"],
+            one_sided=hp["smoothing"] == "one_sided")
 
     def decisions(self) -> Decisions:
         hp = self.hparams
         labels = torch.tensor(self.setup.train_labels, device=self.conf_classes.device)
         hit = self.conf_classes == labels[:, None]
         given = (self.conf_values * hit).sum(dim=1)  # 0 when the given label is outside the top-k
-        smooth = smoothing(given, hp["sharpness"], hp["position"], hp["hard"])
+        one_sided = hp["smoothing"] == "one_sided"
+        smooth = smoothing(given, hp["sharpness"], hp["position"], hp["hard"], one_sided)
         kept = given >= hp["tau"]
         top_value, top_class = self.conf_values[:, 0], self.conf_classes[:, 0]
         weight = positive_weight(given, top_value, sharpness=hp["sharpness"], position=hp["position"], hard=hp["hard"],
-                                 weighting=hp["weighting"])
+                                 weighting=hp["weighting"], one_sided=one_sided)
         weight = torch.where(kept, weight, torch.zeros_like(weight))
         pseudo = torch.where(top_value >= hp["tau"], top_class, torch.full_like(top_class, -1))
         return Decisions(keep=kept.double().cpu().numpy(), pseudo_labels=pseudo.cpu().numpy(),
