@@ -11,6 +11,8 @@ The experiment (docs/ablations.md): on one embedded dataset and noise setting, 3
 - ``sgps``: PRISM and SGPS (the grid) beside SGPS variants (``figures.sgps_ablations``, one stage per variant and
   seed): positives from c^T or from both c^B and c^T, forwarded positives (the authors' way), and the authors'
   training-loop options (docs/methods/sgps.md), each with its subgroup purity and positive precision;
+- ``posterior``: SGPS's posterior data clean (params.yaml's two chained stages) after SGPS, with the bank's
+  positives (``--variants bank``) or forwarded ones (``--variants forward``: SGPS and its stage 3 both forward);
 - ``spa``: Proxy-Anchor on the frozen backbone, Smooth Proxy-Anchor's phase 1, and phase 2 under every reading of
   its loss that the text allows (chained runs ``spa_<reading>``), with the clean and noisy samples' mean weights;
   the same launch trains BSPML beside MS at rho 1 (the other method that weights samples; same seeds, same batches).
@@ -89,6 +91,20 @@ def overrides(family: str, dataset: str, noise: str, variants: list[str] | None 
                 f"figures.sgps_ablations.seeds={SEEDS}", "~figures.sgps_ablations.variants",
                 "+figures.sgps_ablations.variants={" + defined + "}",
                 f"figures.sgps_ablations.train=[{','.join(names)}]"]
+    if family == "posterior":  # SGPS's posterior data clean (as params.yaml's chains), its positives forwarded
+        forward = (variants or ["bank"]) == ["forward"]
+        chains = {
+            "sgps_posterior_stage2": _mapping({
+                "name": "sgps_posterior_stage2", "dataset": dataset, "noise": noise, "seeds": "grid",
+                "method": "prism", "upstream": "sgps", "init": "{model: false, method: false}",
+                "labels": "{label: bottom_up_label, keep: bottom_up_keep, kind: clusters}", "inputs": "[]",
+                "hparams": "{noise_rate: 0.2}", "train": "{validation_classes: 20, model_selection: best_validation}"}),
+            "sgps_posterior": _mapping({
+                "name": "sgps_posterior", "dataset": dataset, "noise": noise, "seeds": "grid", "method": "sgps",
+                "upstream": "sgps_posterior_stage2", "init": "{model: true, method: false}",
+                "labels": "{label: '', keep: '', kind: label_ids}", "inputs": "[]", "hparams": "{}", "train": "{}"})}
+        return [*common, "grid.methods=[prism,sgps]", *(["methods.sgps.positive_source=forward"] * forward),
+                "~chains", "+chains={" + ", ".join(f"{k}: {v}" for k, v in chains.items()) + "}"]
     names = variants or list(SPA_READINGS)
     chains = {name: _spa_chain(name, dataset, noise, SPA_READINGS[name][1]) for name in names}
     return [*common, "grid.methods=[proxy_anchor_frozen,spa_confidence,ms_rho1,bspml]", "~chains",
@@ -229,7 +245,7 @@ def main(argv: list[str]) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("overrides", "run"):
         cmd = sub.add_parser(name)
-        cmd.add_argument("--family", required=True, choices=("sgps", "spa"))
+        cmd.add_argument("--family", required=True, choices=("sgps", "spa", "posterior"))
         cmd.add_argument("--dataset", required=True, choices=sorted(DATASETS))
         cmd.add_argument("--noise", required=True, choices=NOISES)
         cmd.add_argument("--variants", default="", help="comma-separated subset of the family's variants")

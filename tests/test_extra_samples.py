@@ -130,3 +130,21 @@ def test_sgps_forwards_its_positives_through_the_trainer_and_resumes_bit_exactly
     resumed = fit_job(_sgps_spec(authors), *data, checkpoint_path=tmp_path / "b.pt", runtime=RUNTIME)
     assert resumed.resumed_from_epoch == 2
     assert torch.equal(resumed.test_embeddings, whole.test_embeddings)
+
+
+def test_sgps_without_l_noise_trains_prisms_model_bit_for_bit(data, tmp_path):
+    """gamma_1 = gamma_2 = 0 (the ablation "L_noise off, selection only"): SGPS's bank, SGM and drawn positives
+    change nothing the model sees, so it is PRISM, bit for bit (docs/ablations.md uses PRISM's runs for that row)."""
+    from noisydml.config import load_params
+
+    sgps = _sgps_spec()
+    hp = copy.deepcopy(sgps.method_hparams)
+    hp.update(gamma_batch=0.0, gamma_bank=0.0, positive_source="bank")
+    without = fit_job(RunSpec("sgps", hp, sgps.train, seed=3, data_fingerprint="test"), *data,
+                      checkpoint_path=tmp_path / "s.pt", runtime=RUNTIME)
+    prism = copy.deepcopy(load_params(REPO / "params.yaml")["methods"]["prism"])
+    prism.update({k: hp[k] for k in prism if k in hp})  # the selector's and the clean loss's settings, as SGPS's
+    plain = fit_job(RunSpec("prism", prism, sgps.train, seed=3, data_fingerprint="test"), *data,
+                    checkpoint_path=tmp_path / "p.pt", runtime=RUNTIME)
+    assert max(h.get("sgm_subgroups", 0) for h in without.history) > 0  # SGM ran
+    assert torch.equal(without.test_embeddings, plain.test_embeddings)

@@ -352,7 +352,8 @@ def test_the_orderings_experiment_is_valid_through_dvcs_own_overrides(tmp_path, 
 
 
 @pytest.mark.parametrize("family, dataset, noise", [("sgps", "glyphs", "sym50"), ("sgps", "motifs", "sc50"),
-                                                    ("spa", "glyphs", "sc50"), ("spa", "motifs", "sym50")])
+                                                    ("spa", "glyphs", "sc50"), ("spa", "motifs", "sym50"),
+                                                    ("posterior", "glyphs", "sc50")])
 def test_the_ablation_grids_are_valid_through_dvcs_own_overrides(tmp_path, family, dataset, noise):
     """scripts/method_ablations.py's -S arguments (docs/ablations.md), applied by DVC's code to params.yaml, validate
     and train every variant at 3 seeds beside its baseline: SGPS's as figures.sgps_ablations runs, Smooth
@@ -382,6 +383,14 @@ def test_the_ablation_grids_are_valid_through_dvcs_own_overrides(tmp_path, famil
         assert hp["sgps_fwd_authors"]["authors"] == {"selection_on_all": True, "clean_loss_on_all": True,
                                                      "positives_update_bank": True}
         assert hp["sgps_forward"]["authors"]["selection_on_all"] is False
+    elif family == "posterior":
+        assert names == {"prism", "sgps", "sgps_posterior_stage2", "sgps_posterior"}
+        shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+        apply_overrides(tmp_path / "params.yaml", script.overrides(family, dataset, noise, ["forward"]))
+        forward = check_all(load_params(tmp_path / "params.yaml"))
+        chained = {r.name: r.params(forward)["methods"]["sgps"]["positive_source"] for r in all_runs(forward)
+                   if r.name in ("sgps", "sgps_posterior")}
+        assert chained == {"sgps": "forward", "sgps_posterior": "forward"}
     else:
         assert names == {"proxy_anchor_frozen", "spa_confidence", "ms_rho1", "bspml", *script.SPA_READINGS}
         hp = {r.name: r.params(params)["methods"]["spa_smooth_loss"] for r in runs if r.name in script.SPA_READINGS}
