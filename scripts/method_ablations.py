@@ -63,6 +63,7 @@ SPA_READINGS = {
     "spa_neg1": ("negatives unweighted (S- = 1)", {"weight_negatives": "false"}),
     "spa_hard": ("a hard step instead of the sigmoid", {"hard": "true"}),
     "spa_one_sided": ("one-sided smoothing: confident samples keep weight 1", {"smoothing": "one_sided"}),
+    "spa_ramp": ("phase 2's weights phased in over its first 6 of 12 epochs", {"ramp_epochs": 6}),
 }
 
 

@@ -129,6 +129,31 @@ def test_every_reading_of_the_loss_matches_its_formula(weighting, weight_negativ
             [1.0, 1.0, 2 / (1 + np.exp(0.5))])
 
 
+def test_the_phase_2_ramp_phases_the_weights_in():
+    """ramp_epochs (phase 2's schedule): every weight w enters as 1 - r (1 - w), r = epoch / ramp_epochs up to 1:
+    at r = 0 every kept term has weight 1 (Proxy-Anchor over the relabelled positives), at r = 1 the full weights."""
+    cos = torch.tensor([[0.9, 0.1], [0.2, 0.3], [0.5, -0.4]])
+    conf = torch.tensor([[0.8, 0.1], [0.6, 0.7], [0.2, 0.3]])
+    kw = dict(alpha=4.0, margin=0.1, tau=0.5, sharpness=10.0, position=0.5)
+    full, _ = smooth_proxy_anchor_loss(cos, conf, **kw)
+    assert smooth_proxy_anchor_loss(cos, conf, ramp=1.0, **kw)[0] == full
+    start, _ = smooth_proxy_anchor_loss(cos, conf, ramp=0.0, **kw)
+    unweighted, _ = smooth_proxy_anchor_loss(cos, conf, hard=True, **{**kw, "position": -1.0},
+                                             weight_negatives=False)  # S = 1 for every positive, negatives by 1
+    assert start.item() == pytest.approx(unweighted.item(), rel=1e-6)
+    half, _ = smooth_proxy_anchor_loss(cos, conf, ramp=0.5, **kw)
+    s = torch.sigmoid(10 * (conf - 0.5))
+    pos, w_pos, w_neg = conf >= 0.5, 1 - 0.5 * (1 - s), 1 - 0.5 * s
+    expected = sum(torch.log1p((w_pos[:, p] * torch.exp(-4 * (cos[:, p] - 0.1)))[pos[:, p]].sum()) / 2
+                   + torch.log1p((w_neg[:, p] * torch.exp(4 * (cos[:, p] + 0.1)))[~pos[:, p]].sum()) / 2
+                   for p in range(2))
+    assert half.item() == pytest.approx(expected.item(), rel=1e-6)
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    method = build_method("spa_smooth_loss", _setup(labels, _hparams("spa_smooth_loss", ramp_epochs=4),
+                                                    _one_hot_inputs(labels, k=2)))
+    assert method.hparams["ramp_epochs"] == 4
+
+
 def test_relabelling_follows_tau():
     conf = torch.tensor([[0.7, 0.3, 0.0], [0.45, 0.55, 0.0], [0.1, 0.1, 0.1]])
     assert relabel(conf, 0.5).tolist() == [[True, False, False], [False, True, False], [False, False, False]]

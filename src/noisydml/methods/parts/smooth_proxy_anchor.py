@@ -18,7 +18,8 @@
   - smoothing ``S(c) = sigmoid(sharpness * (c - position))`` (``sharpness`` 10, ``position`` 0.5: values ours);
     ``hard: true`` makes it the step ``c >= position``; ``smoothing: one_sided`` makes it ``min(1, 2 S(c))``, so a
     sample at or above the position keeps its whole weight and only doubtful ones lose weight (whether clean
-    samples can lose weight: the text does not say);
+    samples can lose weight: the text does not say); ``ramp_epochs: n`` phases the weights in over phase 2's
+    first n epochs (``1 - r (1 - w)``, r from 0 to 1: a schedule of phase 2 the text leaves open);
   - relabelling: the positive proxies of x are ``{p : c(x, p) >= tau}`` (``tau`` 0.5, ours); the given label is
     dropped when its confidence is below ``tau``; a sample with no positive proxy is a negative of every proxy;
   - the loss (Proxy-Anchor's, Kim et al. 2020, Eq. 4 there, with ``alpha`` 32 and ``margin`` delta 0.1 from
@@ -85,6 +86,9 @@ SMOOTH_PA_SCHEMA = {
     "smoothing": Field(str, "two_sided", choices=SIDES,
                        help="two_sided: S(c) = sigmoid(k (c - c0)), every sample loses some weight (ours [R]); "
                             "one_sided: min(1, 2 sigmoid(k (c - c0))), samples at or above c0 keep weight 1 (ours [R])"),
+    "ramp_epochs": Field(int, 0, min=0,
+                         help="phase 2's schedule (ours [R]): every weight w enters as 1 - r (1 - w), r rising "
+                              "linearly from 0 to 1 over the first ramp_epochs epochs; 0 = the weights from the start"),
     "tau": Field(float, 0.5, min=0.0, max=1.0, help="a proxy is positive for x when c(x, p) >= tau ([S]; value ours [R])"),
     "weighting": Field(str, "pair", choices=WEIGHTINGS,
                        help="positive terms weighted by S(c(x, p)) (pair, ours [R]) or by S(max_q c(x, q)) (sample)"),
@@ -144,7 +148,8 @@ def positive_weight(confidence: torch.Tensor, top_confidence: torch.Tensor, *, s
 
 def smooth_proxy_anchor_loss(cos: torch.Tensor, confidences: torch.Tensor, *, alpha: float, margin: float,
                              tau: float, sharpness: float, position: float, hard: bool = False,
-                             weighting: str = "pair", weight_negatives: bool = True, one_sided: bool = False):
+                             weighting: str = "pair", weight_negatives: bool = True, one_sided: bool = False,
+                             ramp: float = 1.0):
     """The confidence-weighted Proxy-Anchor loss [R] (module docstring) of cosine similarities ``cos`` (B, C)
     between embeddings and proxies, given confidences (B, C). Returns ``(loss, logs)``."""
     positive = relabel(confidences, tau)
@@ -152,6 +157,8 @@ def smooth_proxy_anchor_loss(cos: torch.Tensor, confidences: torch.Tensor, *, al
                                  position=position, hard=hard, weighting=weighting, one_sided=one_sided).expand_as(cos)
     neg_weight = (1.0 - smoothing(confidences, sharpness, position, hard, one_sided) if weight_negatives
                   else torch.ones_like(cos))
+    if ramp < 1.0:  # phase 2's schedule: the weights phase in (ramp_epochs)
+        pos_weight, neg_weight = 1.0 - ramp * (1.0 - pos_weight), 1.0 - ramp * (1.0 - neg_weight)
     # a weight enters as log w inside the log-sum; a zero weight drops the term (the weights carry no gradient)
     pos_keep, neg_keep = positive & (pos_weight > 0), ~positive & (neg_weight > 0)
     log_pos = torch.where(pos_keep, pos_weight.clamp_min(1e-30).log(), torch.zeros_like(cos))
@@ -287,7 +294,8 @@ class SmoothProxyAnchor(FrozenBackbone, Method):
             cos, self.batch_confidences(batch.index), alpha=hp["loss"]["alpha"], margin=hp["loss"]["margin"],
             tau=hp["tau"], sharpness=hp["sharpness"], position=hp["position"], hard=hp["hard"],
             weighting=hp["weighting"], weight_negatives=hp["weight_negatives"],
-            one_sided=hp["smoothing"] == "one_sided")
+            one_sided=hp["smoothing"] == "one_sided",
+            ramp=min(1.0, batch.epoch / hp["ramp_epochs"]) if hp["ramp_epochs"] else 1.0)
 
     def decisions(self) -> Decisions:
         hp = self.hparams
