@@ -4,6 +4,7 @@
     python scripts/method_ablations.py run --family sgps --dataset glyphs --noise sym50 [-j 2] # launcher, then save
     python scripts/method_ablations.py table [--results DIR]                                    # per-seed tables
     python scripts/method_ablations.py figure [--results DIR] --out FILE.png                    # SGPS gain vs precision
+    python scripts/method_ablations.py summary [--results DIR]                                  # one cell a setting
     python scripts/method_ablations.py weights [--results DIR]                                  # BSPML per epoch
 
 The experiment (docs/ablations.md): on one embedded dataset and noise setting, 3 seeds,
@@ -137,7 +138,10 @@ def _load(results: Path):
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-SGPS_BASE = {"prism": "PRISM", "sgps": "SGPS (default: bank positives from c^B)"}
+#: ``sgps_bank``: the grid's sgps of the launches before forwarded positives became the default (the bank's, from c^B);
+#: ``sgps``: the grid's sgps at the default (forwarded positives, as ``sgps_forward``).
+SGPS_BASE = {"prism": "PRISM", "sgps_bank": "SGPS, the bank's positives from c^B (the default before)",
+             "sgps": "SGPS (the default: forwarded positives from c^B)"}
 SPA_BASE = {"proxy_anchor_frozen": "Proxy-Anchor (frozen backbone)"}
 BSPML_BASE = {"ms_rho1": "MS at rho 1", "bspml": "BSPML"}
 DIAGNOSTICS = {"sgps": [("final_diag_purity_bottom_up", "c^B purity"),
@@ -187,6 +191,42 @@ def table(results: Path) -> None:
         print(pd.DataFrame(lines).to_markdown(index=False))
 
 
+def summary(results: Path) -> None:
+    """One line per run and one column per (dataset, noise): the mean P@1 gain over the family's baseline (seeds of
+    3 where it is above), and the diagnostic that explains it (SGPS: positive precision; the weighting methods: the
+    clean and noisy samples' mean weights)."""
+    import pandas as pd
+
+    rows = _load(results)
+    for family, baseline, names, diag in (
+            ("sgps", "prism", {**SGPS_BASE, **{f"sgps_{k}": v[0] for k, v in SGPS_VARIANTS.items()}},
+             lambda g: f"{g['final_diag_positive_precision'].mean():.2f}"),
+            ("spa", "proxy_anchor_frozen", {k: v[0] for k, v in SPA_READINGS.items()},
+             lambda g: f"{g['final_diag_weight_clean'].mean():.2f} / {g['final_diag_weight_noisy'].mean():.3f}"),
+            ("spa", "ms_rho1", {"bspml": "BSPML"},
+             lambda g: f"{g['final_diag_weight_clean'].mean():.2f} / {g['final_diag_weight_noisy'].mean():.2f}"),
+            ("posterior", "prism", {"sgps": "SGPS", "sgps_posterior_stage2": "stage 2 (PRISM on c^B)",
+                                    "sgps_posterior": "posterior data clean"},
+             lambda g: f"{g['final_diag_positive_precision'].mean():.2f}")):
+        part = rows[rows["family"] == family]
+        if part.empty:
+            continue
+        table = {}
+        for (dataset, noise), group in part.groupby(["dataset", "noise"], sort=True):
+            p1 = group.pivot_table(index="method", columns="seed", values="precision_at_1") * 100
+            if baseline not in p1.index:
+                continue
+            for method, what in names.items():
+                if method not in p1.index:
+                    continue
+                gain = p1.loc[method] - p1.loc[baseline]
+                runs = group[group["method"] == method]
+                table.setdefault((method, what), {})[f"{dataset} {noise}"] = (
+                    f"{gain.mean():+.2f} ({int((gain > 0).sum())}/{len(gain)}) · {diag(runs)}")
+        print(f"\n## {family}: P@1 gain over {baseline} (seeds above) · diagnostic\n")
+        print(pd.DataFrame([{"run": m, "what": w, **cells} for (m, w), cells in table.items()]).to_markdown(index=False))
+
+
 def weights(results: Path) -> None:
     """BSPML's mean weight of the clean and of the noisy samples after each epoch's weight step, per seed, beside
     the test P@1 of BSPML and of MS at rho 1 (trained on the same batches: same seed, same sampler)."""
@@ -227,7 +267,7 @@ def figure(results: Path, out: Path) -> None:
             precision = runs["final_diag_positive_precision"].mean()
             ax.scatter(precision, gain, marker=markers.get(dataset, "x"), color=colours.get(noise, "grey"),
                        label=f"{dataset} {noise}")
-            ax.annotate(method.removeprefix("sgps_") if method != "sgps" else "default", (precision, gain),
+            ax.annotate(method.removeprefix("sgps_") if method != "sgps" else "forward", (precision, gain),
                         fontsize=7, xytext=(3, 2), textcoords="offset points")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
@@ -253,7 +293,7 @@ def main(argv: list[str]) -> None:
         if name == "run":
             cmd.add_argument("-j", "--jobs", type=int, default=2)
             cmd.add_argument("--dry", action="store_true", help="the launcher's --dry: list what would run")
-    for name in ("table", "figure", "weights"):
+    for name in ("table", "summary", "figure", "weights"):
         cmd = sub.add_parser(name)
         cmd.add_argument("--results", type=Path, default=Path("ablations"))
         if name == "figure":
@@ -274,6 +314,8 @@ def main(argv: list[str]) -> None:
         sys.exit(code)
     elif args.command == "table":
         table(args.results)
+    elif args.command == "summary":
+        summary(args.results)
     elif args.command == "weights":
         weights(args.results)
     else:
