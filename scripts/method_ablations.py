@@ -65,6 +65,8 @@ SPA_READINGS = {
     "spa_hard": ("a hard step instead of the sigmoid", {"hard": "true"}),
     "spa_one_sided": ("one-sided smoothing: confident samples keep weight 1", {"smoothing": "one_sided"}),
     "spa_ramp": ("phase 2's weights phased in over its first 6 of 12 epochs", {"ramp_epochs": 6}),
+    "spa_tau05": ("relabelling at tau 0.5 (the notes' value) instead of our 0.1: fewer extra positive proxies",
+                  {"tau": 0.5}),
 }
 
 
