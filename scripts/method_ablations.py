@@ -295,6 +295,9 @@ def main(argv: list[str]) -> None:
         if name == "run":
             cmd.add_argument("-j", "--jobs", type=int, default=2)
             cmd.add_argument("--dry", action="store_true", help="the launcher's --dry: list what would run")
+            cmd.add_argument("--also", action="append", default=[], metavar="OVERRIDE",
+                             help="one more -S after the family's (e.g. 'grid.methods=[prism]' to skip a grid "
+                                  "method already measured); repeatable")
     for name in ("table", "summary", "figure", "weights"):
         cmd = sub.add_parser(name)
         cmd.add_argument("--results", type=Path, default=Path("ablations"))
@@ -308,7 +311,7 @@ def main(argv: list[str]) -> None:
             print("\n".join(sets))
             return
         command = [sys.executable, "-m", "noisydml.pipeline.launch", "-j", str(args.jobs), *(["--dry"] * args.dry)]
-        for override in sets:
+        for override in [*sets, *args.also]:
             command += ["-S", override]
         code = subprocess.call(command)
         if code == 0 and not args.dry:
