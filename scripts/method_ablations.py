@@ -275,7 +275,7 @@ def figure(results: Path, out: Path) -> None:
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys(), fontsize=8)
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xlabel("drawn positives of the anchor's true class (final epoch; sym50 only: closed-set)")
+    ax.set_xlabel("drawn positives of the anchor's true class (final epoch)")
     ax.set_ylabel("P@1 gain over PRISM (points, mean of 3 seeds)")
     ax.set_title("SGPS variants: gain over PRISM against positive precision")
     fig.tight_layout()
