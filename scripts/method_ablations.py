@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 NOISES = ("sym50", "sc50")
-#: Each dataset's own pretraining source (motifs: README "Datasets").
+#: Each dataset's own pretraining source (docs/datasets.md).
 DATASETS = {"glyphs": ["pretrain.source=glyphs"], "motifs": ["pretrain.source=motifs"]}
 SEEDS = "[0,1,2]"
 
