@@ -132,14 +132,15 @@ WEIGHTS_SCHEMA = {
     "where": Field(str, "", help="where to get the file by hand when the url fails"),
 }
 #: The pretrain stage (``train.pretrained: embedded``): the backbone learns to classify an embedded source set
-#: disjoint from every class of its dataset: source glyphs (:func:`noisydml.data.glyphs.source_chars`) or source
-#: motifs (:func:`noisydml.data.motifs.source_genera`).
+#: disjoint from every class of its dataset: source glyphs (:func:`noisydml.data.glyphs.source_chars`), source
+#: motifs (:func:`noisydml.data.motifs.source_genera`) or source identities (:func:`noisydml.data.faces.generate_source`).
 #: The classes each source set has: 567 characters matplotlib's fonts give (18 s to count, so checked by this bound
-#: and tested against the count), 576 motif species (144 source genera x 4).
-PRETRAIN_SOURCE_CLASSES = {"glyphs": 567, "motifs": 576}
+#: and tested against the count), 576 motif species (144 source genera x 4); faces are procedural (ours: a bound).
+PRETRAIN_SOURCE_CLASSES = {"glyphs": 567, "motifs": 576, "faces": 100000}
 PRETRAIN_SCHEMA = {
     "source": Field(str, "glyphs", choices=tuple(PRETRAIN_SOURCE_CLASSES),
-                    help="the embedded source set: glyphs (grey characters) | motifs (RGB shapes)"),
+                    help="the embedded source set: glyphs (grey characters) | motifs (RGB shapes) | faces "
+                         "(identities no faces dataset has)"),
     "classes": Field(int, 400, min=2, help="source classes (at most the source set's: glyphs 567, motifs 576)"),
     "images_per_class": Field(int, 32, min=6, help="rendered views per source character (4 held out)"),
     "image_size": Field(int, 32, min=8, help="side of the source images"),

@@ -77,6 +77,18 @@ def _check_folder(cfg: dict, where: str) -> None:
         raise ParamsError(f"{where}: give exactly one of 'root' (one sub-folder per class) or 'csv' (path,label)")
 
 
+def _faces_kind() -> DatasetKind:
+    """Face recognition (SGPS's Table IV): synthetic identities in insightface's formats, or insightface's own
+    files (``noisydml.data.faces``)."""
+    from noisydml.data import faces
+
+    def prepare(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
+        return faces.prepare(name, cfg, out_dir, base_dir, workers)
+
+    return DatasetKind(schema=faces.schema(), prepare=prepare, extra_check=faces.check,
+                       train_classes=lambda cfg: cfg["train_identities"] if cfg["source"] == "synthetic" else None)
+
+
 DATASET_KINDS: dict[str, DatasetKind] = {
     "glyphs": _embedded_kind("glyphs", "distinct characters", 400, 423),
     # 576: 144 genera x 4 species (noisydml.data.motifs.max_classes; a test checks the bound)
@@ -94,6 +106,7 @@ DATASET_KINDS: dict[str, DatasetKind] = {
         prepare=_prepare_folder,
         extra_check=_check_folder,
     ),
+    "faces": _faces_kind(),
 }
 
 

@@ -4,8 +4,9 @@ One process evaluates all runs of a dataset (the grid's and the chained ones): p
 faiss, pytorch-metric-learning, MLflow) is paid once, not once per run. The stage's output folder is
 persistent: a run whose inputs (test embeddings, history, run.json) and ``evaluate`` params are unchanged
 keeps its metrics file, so adding a method evaluates only the new runs. Each metrics file records the
-digest of its inputs. The stage also draws each run's training curves and logs the final metrics to the
-run's MLflow run (best effort).
+digest of its inputs. A face run (its dataset has verification sets) also gets the verification protocols'
+numbers (:mod:`noisydml.pipeline.face_eval`). The stage also draws each run's training curves and logs the final
+metrics to the run's MLflow run (best effort).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from noisydml.runs import chain_runs, run_name
 from noisydml.studies import all_runs
 from noisydml.engine.judge import group_majorities
 from noisydml.evaluation.retrieval import neighbours_used, retrieval_metrics
+from noisydml.pipeline.face_eval import VERIFICATION_EMBEDDINGS, verification_metrics
 from noisydml.pipeline.layout import Layout
 from noisydml.reporting.plots import plot_history
 
@@ -37,6 +39,8 @@ def inputs_digest(params: dict, run) -> str:
     digest = hashlib.sha256(json.dumps({**params["evaluate"], "format": METRICS_FORMAT}, sort_keys=True).encode())
     for name in ("test_embeddings.npz", "history.csv", "run.json"):
         digest.update(name.encode() + (run / name).read_bytes())
+    if (run / VERIFICATION_EMBEDDINGS).is_file():  # a face run (runs of other datasets keep their digests)
+        digest.update(VERIFICATION_EMBEDDINGS.encode() + (run / VERIFICATION_EMBEDDINGS).read_bytes())
     return digest.hexdigest()
 
 
@@ -72,6 +76,9 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
     metrics = retrieval_metrics(data["embeddings"], data["labels"], recall_at=cfg["recall_at"],
                                 max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed, query_mask=query_mask,
                                 device=cfg["device"])
+    if (run / VERIFICATION_EMBEDDINGS).is_file():  # a face run: the verification protocols, beside retrieval
+        with np.load(run / VERIFICATION_EMBEDDINGS) as saved:
+            metrics.update(verification_metrics(dict(saved), layout.prepared(dataset)))
     k_used, exact = neighbours_used(data["labels"], cfg["recall_at"], cfg["max_k"], query_mask)
     run_info = io.read_json(run / "run.json")
     history = pd.read_csv(run / "history.csv")

@@ -45,6 +45,8 @@ def pretrain(params: dict, layout: Layout = Layout()) -> dict:
     t0 = time.perf_counter()
     if cfg["source"] == "motifs":
         from noisydml.data.motifs import generate_source
+    elif cfg["source"] == "faces":
+        from noisydml.data.faces import generate_source
     else:
         from noisydml.data.glyphs import generate_source
     images, labels, names = generate_source(cfg["classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"])

@@ -20,6 +20,8 @@ from noisydml.data.images import InputPipeline
 from noisydml.engine import distributed
 from noisydml.engine.embedding import embed
 from noisydml.engine.types import RunSpec, TrainResult
+from noisydml.pipeline.face_eval import (VERIFICATION_EMBEDDINGS, model_embedder, verification_embeddings,
+                                         verification_sets)
 from noisydml.pipeline.job import BuiltJob, build_job, fit
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.rundata import load_run_data
@@ -91,7 +93,7 @@ def train_with(params: dict, run: Run, layout: Layout, keep_checkpoint: bool, tu
     if not main:  # rank 0 writes the run folder and closes the MLflow run
         return out
     with io.atomic_dir(out) as tmp:
-        _write_run_folder(tmp, params, run, built, result, tuned)
+        _write_run_folder(tmp, params, run, built, result, tuned, layout)
     io.write_json(layout.volatile(run.dataset, run.noise, run.name, run.seed), {
         "mlflow_run_id": result.run_id, "resumed_from_epoch": result.resumed_from_epoch,
         "epoch_seconds": result.epoch_seconds, "fingerprint": built.job.spec.fingerprint(), "timeline": result.timeline,
@@ -137,7 +139,7 @@ def _upstream_tags(spec: RunSpec, chain: dict, layout: Layout) -> dict[str, str]
 
 
 def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, result: TrainResult,
-                      tuned: dict | None) -> None:
+                      tuned: dict | None, layout: Layout) -> None:
     """The run folder's files: the model, the test and training embeddings, the exports, the history, run.json."""
     data, spec = built.data, built.job.spec
     torch.save({"model": result.model.state_dict(), "method": result.method.state_dict(),
@@ -150,6 +152,11 @@ def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, res
              true_labels=data.noisy["true_label"].to_numpy())
     if result.exports:
         np.savez(folder / EXPORTS, sample_id=data.sample_ids, **result.exports)
+    prepared = layout.prepared(run.dataset)
+    if verification_sets(prepared) or (prepared / "verification" / "IJB").is_dir():  # a face dataset
+        embedder = model_embedder(result.model, result.method.retrieval, params["train"], params["runtime"],
+                                  run.seed)
+        np.savez(folder / VERIFICATION_EMBEDDINGS, **verification_embeddings(embedder, prepared))
     pd.DataFrame(result.history).to_csv(folder / "history.csv", index=False)
     io.write_json(folder / "run.json", {
         "run_name": run.run_name, "method": run.method, "fingerprint": spec.fingerprint(),

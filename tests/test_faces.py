@@ -1,0 +1,277 @@
+"""The face path: the real formats (RecordIO, insightface .bin, IJB meta), the verification protocols, and the
+synthetic ``faces`` dataset's identities and noise truth."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from noisydml.data import faces
+from noisydml.data.face_formats import (ARCFACE_POINTS_112, RECORDIO_MAGIC, FaceRecordIO, IJBMeta, RecordIOReader,
+                                        RecordIOWriter, align_face, encode_png, pack_record,
+                                        read_verification_bin, similarity_transform, unpack_record,
+                                        write_face_recordio, write_verification_bin)
+from noisydml.data.registry import DATASET_KINDS, prepare_dataset
+from noisydml.evaluation.verification import (pair_scores, tar_at_far, template_features, ten_fold_accuracy,
+                                              wilson_interval)
+
+SMALL = {"train_identities": 30, "test_identities": 6, "test_images": 4, "pairs_per_fold": 8,
+         "ijb_identities": 12, "templates_per_identity": 3, "image_size": 16}
+
+
+def small_cfg(**over) -> dict:
+    return {"kind": "faces", **DATASET_KINDS["faces"].check({**SMALL, **over}, "datasets.faces")}
+
+
+# ------------------------------------------------------------------------------------------------------ formats
+def test_recordio_framing_matches_dmlc_byte_for_byte(tmp_path):
+    """A 5-byte payload: magic, (flag 0 << 29 | 5), the bytes, 3 bytes of padding; the .idx line is key TAB 0."""
+    with RecordIOWriter(tmp_path / "a.rec", tmp_path / "a.idx") as w:
+        w.write(7, b"hello")
+    raw = (tmp_path / "a.rec").read_bytes()
+    assert raw == struct.pack("<II", RECORDIO_MAGIC, 5) + b"hello" + b"\0\0\0"
+    assert (tmp_path / "a.idx").read_text() == "7\t0\n"
+
+
+def test_recordio_splits_a_payload_holding_the_magic_word_and_reads_it_back(tmp_path):
+    magic = struct.pack("<I", RECORDIO_MAGIC)
+    payloads = [b"abcd" + magic + b"efgh" + magic + b"xy", magic, b"", b"z" * 13]
+    with RecordIOWriter(tmp_path / "b.rec", tmp_path / "b.idx") as w:
+        for k, p in enumerate(payloads):
+            w.write(k, p)
+    raw = (tmp_path / "b.rec").read_bytes()
+    # the first record: parts of 4, 4 and 2 bytes with flags 1, 2, 3 (dmlc-core's continuation flags)
+    assert struct.unpack_from("<II", raw, 0) == (RECORDIO_MAGIC, (1 << 29) | 4)
+    assert struct.unpack_from("<II", raw, 12) == (RECORDIO_MAGIC, (2 << 29) | 4)
+    assert struct.unpack_from("<II", raw, 24) == (RECORDIO_MAGIC, (3 << 29) | 2)
+    with RecordIOReader(tmp_path / "b.rec") as r:
+        assert [r.read(k) for k in (3, 0, 2, 1)] == [payloads[3], payloads[0], payloads[2], payloads[1]]
+
+
+def test_irheader_pack_unpack_as_mxnet():
+    scalar = pack_record(3.0, b"IMG", 9)
+    assert scalar[:24] == struct.pack("<IfQQ", 0, 3.0, 9, 0)
+    assert unpack_record(scalar) == (3.0, b"IMG")
+    vector = pack_record([5, 8], b"")
+    assert struct.unpack_from("<IfQQ", vector) == (2, 0.0, 0, 0)
+    labels, body = unpack_record(vector)
+    assert labels.tolist() == [5.0, 8.0] and body == b""
+
+
+def test_face_recordio_round_trip_with_insightface_header_and_identity_records(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = np.array([0, 0, 1, 2, 2, 2])
+    images = [rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) for _ in labels]
+    write_face_recordio(tmp_path, labels, [encode_png(im) for im in images])
+    rec = FaceRecordIO.open(tmp_path)
+    assert rec.labels.tolist() == labels.tolist() and rec.image_keys.tolist() == [1, 2, 3, 4, 5, 6]
+    assert all(np.array_equal(np.asarray(rec.image(i)), images[i]) for i in range(len(labels)))
+    header, _ = unpack_record(rec.reader.read(0))
+    assert header.tolist() == [7.0, 10.0]  # images 1..6, identity records 7..9
+    assert unpack_record(rec.reader.read(9))[0].tolist() == [4.0, 7.0]  # identity 2: records [4, 7)
+    with pytest.raises(ValueError, match="grouped by identity"):
+        write_face_recordio(tmp_path, np.array([1, 0]), [b"", b""])
+
+
+def test_bin_loads_as_insightface_loads_it(tmp_path):
+    rng = np.random.default_rng(1)
+    images = [encode_png(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)) for _ in range(6)]
+    write_verification_bin(tmp_path / "lfw.bin", images, [True, False, True])
+    with open(tmp_path / "lfw.bin", "rb") as f:  # insightface's own call
+        bins, issame_list = pickle.load(f, encoding="bytes")
+    assert isinstance(bins, list) and all(isinstance(b, bytes) for b in bins) and bins == images
+    assert issame_list == [True, False, True]
+    assert read_verification_bin(tmp_path / "lfw.bin")[1].tolist() == [True, False, True]
+    with pytest.raises(ValueError, match="two per pair"):
+        write_verification_bin(tmp_path / "x.bin", images[:5], [True, False, True])
+
+
+def test_similarity_transform_recovers_a_known_one_and_alignment_of_reference_points_is_identity():
+    angle, scale, shift = 0.3, 1.7, np.array([4.0, -2.0])
+    rot = scale * np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    dst = ARCFACE_POINTS_112 @ rot.T + shift
+    m = similarity_transform(ARCFACE_POINTS_112, dst)
+    np.testing.assert_allclose(m[:, :2], rot, atol=1e-10)
+    np.testing.assert_allclose(m[:, 2], shift, atol=1e-9)
+    from PIL import Image
+
+    image = np.random.default_rng(2).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    aligned = align_face(Image.fromarray(image), ARCFACE_POINTS_112 * 32 / 112, 32)
+    np.testing.assert_array_equal(aligned, image)
+
+
+def test_ijb_meta_round_trip_and_a_missing_template_is_named(tmp_path):
+    images = pd.DataFrame({"image": ["1.png", "2.png"], "template": [10, 11], "media": [5, 6],
+                           "landmarks": [ARCFACE_POINTS_112] * 2, "score": [0.9, 1.0]})
+    IJBMeta(images, pd.DataFrame({"template1": [10], "template2": [11], "label": [0]})).write(tmp_path, "ijbc")
+    back = IJBMeta.read(tmp_path, "ijbc")
+    assert back.images["template"].tolist() == [10, 11] and back.pairs.values.tolist() == [[10, 11, 0]]
+    np.testing.assert_allclose(back.images["landmarks"][1], ARCFACE_POINTS_112, atol=1e-4)
+    (tmp_path / "meta" / "ijbc_template_pair_label.txt").write_text("10 99 1\n")
+    with pytest.raises(ValueError, match="first: 99"):
+        IJBMeta.read(tmp_path, "ijbc")
+
+
+# ---------------------------------------------------------------------------------------------------- protocols
+def test_ten_fold_accuracy_against_a_hand_computed_case():
+    """20 pairs, 2 per fold. Distances: genuine 0.555, impostor 1.5, except pair 0 (genuine at 3.0). On every
+    training split the best threshold is the smallest above 0.555 (0.56): all right but pair 0 when it trains.
+    Fold 0 (pairs 0, 1) then scores 1/2, every other fold 2/2."""
+    issame = np.array([True, False] * 10)
+    dist = np.where(issame, 0.555, 1.5)
+    dist[0] = 3.0
+    feats = np.zeros((40, 16))
+    for p, dd in enumerate(dist):
+        theta = np.arccos(1 - dd / 2)  # |a - b|^2 = 2 - 2 cos theta for unit a, b
+        feats[2 * p, 0] = 1.0
+        feats[2 * p + 1, :2] = [np.cos(theta), np.sin(theta)]
+    result = ten_fold_accuracy(feats, issame)
+    assert result.folds.tolist() == [0.5] + [1.0] * 9
+    np.testing.assert_allclose(result.thresholds, 0.56)
+    assert result.mean == pytest.approx(0.95) and result.std == pytest.approx(np.std([0.5] + [1.0] * 9))
+
+
+def test_tar_at_far_against_sklearn_roc_curve():
+    from sklearn.metrics import roc_curve
+
+    rng = np.random.default_rng(3)
+    labels = np.r_[np.ones(500), np.zeros(20000)].astype(int)
+    scores = np.round(np.r_[rng.normal(1.0, 1.0, 500), rng.normal(-1.0, 1.0, 20000)], 2)  # ties on purpose
+    fpr, tpr, _ = roc_curve(labels, scores, drop_intermediate=False)
+    for r in tar_at_far(scores, labels, (1e-3, 1e-2, 0.1)):
+        best = np.flatnonzero(fpr <= r.far + 1e-12).max()  # the largest ROC point with FAR <= f
+        assert r.tar == pytest.approx(tpr[best]) and r.false_accepts / r.impostors == pytest.approx(fpr[best])
+        assert r.false_accepts <= r.far * r.impostors
+        assert r.tar_low <= r.tar <= r.tar_high
+
+
+def test_wilson_interval_known_value():
+    low, high = wilson_interval(8, 10)
+    assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
+
+
+def test_template_pooling_is_media_mean_summed_then_normalised():
+    feats = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 0.0], [0.0, 2.0]])
+    ids, pooled = template_features(feats, np.array([7, 7, 7, 8]), np.array([1, 1, 2, 3]))
+    expected = np.array([0.5, 0.5]) + np.array([3.0, 0.0])  # media 1's mean + media 2
+    np.testing.assert_allclose(pooled[0], expected / np.linalg.norm(expected))
+    np.testing.assert_allclose(pooled[1], [0.0, 1.0])
+    assert ids.tolist() == [7, 8]
+    np.testing.assert_allclose(pair_scores(ids, pooled, np.array([7]), np.array([8]), chunk=1),
+                               expected[1] / np.linalg.norm(expected))
+
+
+# ------------------------------------------------------------------------------------------- the synthetic set
+def test_identities_are_seeded_and_roles_disjoint():
+    assert faces.identity("train", 3) == faces.identity("train", 3)
+    assert faces.identity("train", 3) != faces.identity("lfw", 3)
+    a = faces.render(faces.identity("train", 3), faces.Nuisance(), 24)
+    assert a.shape == (24, 24, 3) and a.dtype == np.uint8
+    np.testing.assert_array_equal(a, faces.render(faces.identity("train", 3), faces.Nuisance(), 24))
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faces")
+    cfg = small_cfg(train_identities=60, flip_rate=0.2, distractor_rate=0.1, junk_rate=0.05, conflict_rate=0.2,
+                    duplicate_rate=0.05)
+    info = prepare_dataset("faces", cfg, root / "faces")
+    return root / "faces", cfg, info
+
+
+def test_noise_truth_rates_match_the_settings(prepared):
+    folder, cfg, info = prepared
+    manifest = pd.read_csv(folder / "manifest.csv")
+    truth = pd.read_csv(folder / "noise_truth.csv", keep_default_na=False)
+    train = truth[manifest["split"] == "train"]
+    kinds = train["noise_kind"].value_counts()
+    base = int(train["noise_kind"].isin(["clean", "conflict", "flip"]).sum())  # the rendered images
+    assert kinds["flip"] / base == pytest.approx(cfg["flip_rate"], abs=0.06)  # conflicted images are not flipped
+    for kind in ("distractor", "junk", "duplicate"):
+        assert kinds[kind] == round(cfg[f"{kind}_rate"] * base)
+    split_identities = train.loc[train["noise_kind"] == "conflict", "true_identity"].nunique()
+    assert split_identities == round(cfg["conflict_rate"] * cfg["train_identities"])
+    # a flip's label is another training identity; a conflict's label is its identity's second label
+    flips = train[train["noise_kind"] == "flip"]
+    assert (flips["label_name"] != flips["true_identity"]).all()
+    conflicts = train[train["noise_kind"] == "conflict"]
+    assert (conflicts["label_name"] == conflicts["true_identity"] + "b").all()
+    assert (train.loc[train["noise_kind"] == "junk", "true_identity"] == "").all()
+    # the manifest's flags are the truth's (duplicates carry the right label)
+    clean = manifest.loc[manifest["split"] == "train", "is_clean"].to_numpy()
+    np.testing.assert_array_equal(clean, train["noise_kind"].isin(["clean", "duplicate"]).to_numpy())
+
+
+def test_evaluation_sets_are_identity_disjoint_from_training(prepared):
+    folder, cfg, info = prepared
+    truth = pd.read_csv(folder / "noise_truth.csv", keep_default_na=False)
+    manifest = pd.read_csv(folder / "manifest.csv")
+    trained = set(truth.loc[manifest["split"] == "train", "true_identity"]) - {""}
+    tested = set(truth.loc[manifest["split"] == "test", "true_identity"])
+    assert trained and tested and not trained & tested
+    assert not set(manifest.loc[manifest["split"] == "train", "label"]) & set(
+        manifest.loc[manifest["split"] == "test", "label"])
+    seen = trained | tested
+    for which in faces.VERIFICATION_SETS:
+        pairs = pd.read_csv(folder / "verification" / f"{which}_pairs.csv")
+        assert not (set(pairs["identity1"]) | set(pairs["identity2"])) & seen
+        bins, issame = read_verification_bin(folder / "verification" / f"{which}.bin")
+        assert len(issame) == 10 * cfg["pairs_per_fold"] and issame.mean() == 0.5
+        assert (issame == pairs["issame"].to_numpy()).all()
+    ijb = pd.read_csv(folder / "verification" / "IJB" / "identities.csv")
+    assert not set(ijb["identity"]) & seen
+
+
+def test_ijb_set_lists_every_template_pair(prepared):
+    folder, cfg, info = prepared
+    meta = IJBMeta.read(folder / "verification" / "IJB", "ijb")
+    templates = cfg["ijb_identities"] * cfg["templates_per_identity"]
+    assert len(meta.pairs) == templates * (templates - 1) // 2
+    per_identity = cfg["templates_per_identity"] * (cfg["templates_per_identity"] - 1) // 2
+    assert meta.pairs["label"].sum() == cfg["ijb_identities"] * per_identity
+    assert info["source_counts"]["ijb_impostor_pairs"] == len(meta.pairs) - meta.pairs["label"].sum()
+
+
+def test_cleaned_twin_has_no_noise_and_merges_conflicts(tmp_path):
+    cfg = small_cfg(variant="cleaned", conflict_rate=0.3)
+    info = prepare_dataset("faces_clean", cfg, tmp_path / "c")
+    truth = pd.read_csv(tmp_path / "c" / "noise_truth.csv", keep_default_na=False)
+    assert set(truth["noise_kind"]) == {"clean"}
+    assert info["num_train_classes"] == cfg["train_identities"]
+    manifest = pd.read_csv(tmp_path / "c" / "manifest.csv")
+    assert manifest["is_clean"].eq(1).all()
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"source": "local"}, "local_dir: '' but source is 'local'"),
+    ({"pairs_per_fold": 7}, "pairs_per_fold: 7 is odd"),
+    ({"min_images": 9, "max_images": 5}, "max_images: 5 is below min_images"),
+    ({"local_dir": "x"}, "read only with source: local"),
+])
+def test_bad_faces_params_are_named(over, message):
+    with pytest.raises(ValueError, match=message):
+        small_cfg(**over)
+
+
+def test_local_source_reads_insightface_files(prepared, tmp_path):
+    """The local reader on a faces_emore-like folder (train.rec/.idx + .bin sets, no truth): what the synthetic
+    source wrote, minus its truth, read as real data is read."""
+    import shutil
+
+    folder, cfg, info = prepared
+    src = tmp_path / "emore"
+    src.mkdir()
+    faces.write_source(src, {**cfg, "train_identities": 12, "ijb_identities": 3})
+    (src / "truth.csv").unlink()
+    (src / "identities.csv").unlink()
+    shutil.rmtree(src / "IJB")
+    local = small_cfg(source="local", local_dir=str(src), test_identities=4)
+    out = prepare_dataset("emore", local, tmp_path / "prepared")
+    manifest = pd.read_csv(tmp_path / "prepared" / "manifest.csv")
+    assert "is_clean" not in manifest and info and out["num_test_classes"] == 4  # real data: no truth
+    assert sorted(p.name for p in (tmp_path / "prepared" / "verification").glob("*.bin")) == [
+        "agedb_30.bin", "cfp_fp.bin", "lfw.bin"]
