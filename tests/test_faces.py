@@ -275,3 +275,96 @@ def test_local_source_reads_insightface_files(prepared, tmp_path):
     assert "is_clean" not in manifest and info and out["num_test_classes"] == 4  # real data: no truth
     assert sorted(p.name for p in (tmp_path / "prepared" / "verification").glob("*.bin")) == [
         "agedb_30.bin", "cfp_fp.bin", "lfw.bin"]
+
+
+def test_verification_features_and_metrics_from_a_prepared_folder(prepared):
+    from noisydml.pipeline.face_eval import verification_metrics
+    from noisydml.pipeline.face_features import verification_embeddings
+
+    folder, cfg, info = prepared
+
+    def pixels(images):  # raw pixels as features: the plumbing, not a model
+        return images.reshape(len(images), -1).astype(float)
+
+    saved = verification_embeddings(pixels, folder)
+    assert set(saved) == ({f"{s}_{k}" for s in faces.VERIFICATION_SETS for k in ("image", "flip", "issame")}
+                          | {"ijb_image", "ijb_flip"})
+    assert saved["lfw_image"].shape[0] == 2 * 10 * cfg["pairs_per_fold"]
+    # a flip permutes pixels: the same sums, other features
+    np.testing.assert_allclose(saved["lfw_flip"].sum(1), saved["lfw_image"].sum(1))
+    assert not np.array_equal(saved["lfw_flip"], saved["lfw_image"])
+    assert len(saved["ijb_image"]) == info["source_counts"]["ijb_images"]
+    metrics = verification_metrics(saved, folder)
+    impostors = info["source_counts"]["ijb_impostor_pairs"]
+    for name in faces.VERIFICATION_SETS:
+        assert 40 <= metrics[f"{name}_accuracy"] <= 100
+    assert metrics["tar_at_far_0.001_false_accepts"] <= 0.001 * impostors
+    assert metrics["tar_at_far_0.001_low"] <= metrics["tar_at_far_0.001"] <= metrics["tar_at_far_0.001_high"]
+
+
+def test_a_face_run_trains_and_evaluates_with_verification_beside_retrieval(raw_params, tmp_path):
+    """prepare -> corrupt -> train -> evaluate on a tiny faces set: the run keeps its verification features and
+    its metrics hold the protocols' numbers beside P@1."""
+    from conftest import tiny_params
+    from noisydml.config import validate_params
+    from noisydml.pipeline.corrupt import corrupt
+    from noisydml.pipeline.evaluate import evaluate_run
+    from noisydml.pipeline.face_features import VERIFICATION_EMBEDDINGS
+    from noisydml.pipeline.layout import Layout
+    from noisydml.pipeline.prepare import prepare
+    from noisydml.pipeline.train import train
+    from noisydml.runs import GRID, Run
+
+    raw = tiny_params(raw_params)
+    raw["datasets"]["faces"].update(SMALL, train_identities=12, ijb_identities=4)
+    raw["grid"].update(datasets=["faces"], noises=["clean"], methods=["normalized_softmax"], seeds=[0])
+    raw["chains"] = {}
+    raw["timing"].update(dataset="faces", noise="clean")
+    params = validate_params(raw)
+    layout = Layout(tmp_path)
+    prepare(params, "faces", layout)
+    corrupt(params, "faces", "clean", layout)
+    out = train(params, Run(GRID, "faces-clean-normalized_softmax-0", "faces", "clean", "normalized_softmax", 0,
+                            "normalized_softmax"), layout)
+    assert (out / VERIFICATION_EMBEDDINGS).is_file()
+    metrics = evaluate_run(params, "faces", "clean", "normalized_softmax", 0, layout)["metrics"]
+    assert {"precision_at_1", "lfw_accuracy", "cfp_fp_accuracy", "agedb_30_accuracy", "tar_at_far_1e-05"} <= set(metrics)
+
+
+def test_the_report_shows_verification_beside_p_at_1_only_for_face_runs():
+    from noisydml.reporting.tables import verification_markdown
+
+    summary = pd.DataFrame({"dataset": ["glyphs", "faces"], "noise": ["clean", "clean"], "method": ["ms", "ms"],
+                            "seeds": [3, 3], "precision_at_1": [0.9, 0.95], "precision_at_1_std": [0.01, 0.02],
+                            "lfw_accuracy": [np.nan, 97.5], "lfw_accuracy_std": [np.nan, 0.25],
+                            "tar_at_far_1e-05": [np.nan, 24.3], "tar_at_far_1e-05_std": [np.nan, 1.0],
+                            "tar_at_far_1e-05_false_accepts": [np.nan, 11.0]})
+    text = "\n".join(verification_markdown(summary, {"ms": "MS"}, {("faces", "clean"): "real noise"}))
+    assert "| faces     | real noise      | MS       | 3       | 95.00 ± 2.00 | 97.50 ± 0.25" in text
+    assert "glyphs" not in text and "rests on 11 false accepts" in text
+    assert verification_markdown(summary.drop(columns=["lfw_accuracy", "tar_at_far_1e-05"]), {}, {}) == []
+
+
+def test_ijb_scoring_keeps_feature_norms_and_weights_by_detector_score(tmp_path):
+    """insightface's default IJB test: flip-summed features, not normalised, times the detector score, media mean,
+    template sum. Template 1 = one media of two frames a = [10, 0] and b = [0, 1]; template 2 = [1, 0] (the same
+    person), template 3 = [1, 1] (another). Norms kept, template 1 points along a and the genuine pair wins (TAR
+    100 at any FAR); normalising each image, or a detector score of 0.1 on a, turns template 1 to the diagonal
+    and the impostor wins (TAR 0)."""
+    from noisydml import io
+    from noisydml.pipeline.face_eval import verification_metrics
+
+    folder = tmp_path / "verification" / "IJB"
+    io.write_json(tmp_path / "info.json", {"ijb_name": "ijb", "image_shape": [8, 8, 3]})
+    features = np.array([[10.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    saved = {"ijb_image": features, "ijb_flip": np.zeros_like(features)}
+    pairs = pd.DataFrame({"template1": [1, 1], "template2": [2, 3], "label": [1, 0]})
+
+    def tar(scores):
+        images = pd.DataFrame({"image": ["a.png", "b.png", "c.png", "d.png"], "template": [1, 1, 2, 3],
+                               "media": [7, 7, 8, 9], "landmarks": [ARCFACE_POINTS_112] * 4, "score": scores})
+        IJBMeta(images, pairs).write(folder, "ijb")
+        return verification_metrics(saved, tmp_path)["tar_at_far_0.001"]
+
+    assert tar([1.0, 1.0, 1.0, 1.0]) == 100.0
+    assert tar([0.1, 1.0, 1.0, 1.0]) == 0.0

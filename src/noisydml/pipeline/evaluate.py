@@ -5,7 +5,7 @@ faiss, pytorch-metric-learning, MLflow) is paid once, not once per run. The stag
 persistent: a run whose inputs (test embeddings, history, run.json) and ``evaluate`` params are unchanged
 keeps its metrics file, so adding a method evaluates only the new runs. Each metrics file records the
 digest of its inputs. A face run (its dataset has verification sets) also gets the verification protocols'
-numbers (:mod:`noisydml.pipeline.face_eval`). The stage also draws each run's training curves and logs the final
+numbers (:mod:`noisydml.pipeline.face_eval`) from the features its train stage kept. The stage also draws each run's training curves and logs the final
 metrics to the run's MLflow run (best effort).
 """
 
@@ -24,7 +24,8 @@ from noisydml.runs import chain_runs, run_name
 from noisydml.studies import all_runs
 from noisydml.engine.judge import group_majorities
 from noisydml.evaluation.retrieval import neighbours_used, retrieval_metrics
-from noisydml.pipeline.face_eval import VERIFICATION_EMBEDDINGS, verification_metrics
+from noisydml.pipeline.face_eval import verification_metrics
+from noisydml.pipeline.face_features import VERIFICATION_EMBEDDINGS
 from noisydml.pipeline.layout import Layout
 from noisydml.reporting.plots import plot_history
 

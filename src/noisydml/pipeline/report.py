@@ -23,8 +23,8 @@ from noisydml.reporting.plots import FIGURES, plot_noise_per_class, plot_weight_
 from noisydml.reporting.references import REAL_NOISE_KINDS, load_references, reference_section
 from noisydml.reporting.tables import (
     BEST_ON_TEST, SELECTION_COLUMNS, _chain_line, cluster_size_table, collect, noise_markdown, noise_stats,
-    noise_table, plot_series, selection_summary, shares_markdown, summarise, timing_results, timing_table,
-    weight_summary,
+    VERIFICATION_METRICS, noise_table, plot_series, selection_summary, shares_markdown, summarise, timing_results,
+    timing_table, verification_markdown, weight_summary,
 )
 from noisydml.config import noises_of
 from noisydml.runs import TUNED_SUFFIX, chain_tunings_of, find_chain, runs_of, tunings_of
@@ -118,6 +118,7 @@ def write_report(params: dict, layout: Layout) -> Path:
                                       if c.startswith("final_") and not c.startswith("final_diag_")])
     study_rows = every_run[~kinds.isin(GRID_KINDS)]
     names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
+    names += [m for m in (*VERIFICATION_METRICS, "tar_at_far_1e-05_false_accepts") if m in per_seed.columns]
     summary = summarise(per_seed, names + [BEST_ON_TEST])  # the last: test-selected, labelled where shown
     noise = noise_table(stats)
     selection = selection_summary(per_seed)
@@ -127,7 +128,9 @@ def write_report(params: dict, layout: Layout) -> Path:
 
     references = load_references(layout.root / "references" / "papers")
 
-    noise_names = {(d, n): noise_name(stats[d, n], params["datasets"][d]["kind"] in REAL_NOISE_KINDS)
+    # a dataset's own labels are its noise: the real-noise benchmarks, and any whose truth shows wrong labels
+    noise_names = {(d, n): noise_name(stats[d, n], params["datasets"][d]["kind"] in REAL_NOISE_KINDS
+                                      or (stats[d, n]["kind"] == "none" and stats[d, n]["actual_rate"] > 0))
                    for d, n in stats}
     labels, groups = params["report"]["labels"], params["report"]["panels"]
     figures = out / FIGURES
@@ -144,6 +147,7 @@ def write_report(params: dict, layout: Layout) -> Path:
     md += tuning_lines(params, layout)
     md += [f"![P@1 against the noise rate]({FIGURES}/p_at_1_vs_noise.png)", ""]
     md += orderings.section(ordering, "precision_at_1")
+    md += verification_markdown(summary, labels, noise_names)
     md += ["## Noise settings", "",
            "What each setting did to the training labels. Flip rate: share of a class's own images "
            "relabelled; impurity: share of a kept training label's samples that are not of that class.", "",
@@ -225,12 +229,13 @@ def write_report(params: dict, layout: Layout) -> Path:
     plot_rows = plot_series(summary)[["dataset", "method", "noise", "noise_kind", "noise_rate", "precision_at_1",
                                       "mean_average_precision_at_r"]]
     io.write_with(out / "plots" / "p_at_1_vs_noise.csv", lambda p: plot_rows.to_csv(p, index=False, float_format="%.6f"))
-    combined = {f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}
-                for r in summary.itertuples()}
+    def rounded(row: dict) -> dict:  # a metric a row has no value of (a face metric on glyphs) is left out
+        return {m: round(float(row[m]), 6) for m in names if pd.notna(row[m])}
+
+    combined = {f"{r['dataset']}/{r['noise']}/{r['method']}": rounded(r) for r in summary.to_dict("records")}
     own_means = study_rows.groupby(["dataset", "noise", "method"], sort=False)[names].mean().reset_index() \
         if not study_rows.empty else study_rows
-    combined.update({f"{r.dataset}/{r.noise}/{r.method}": {m: round(float(getattr(r, m)), 6) for m in names}
-                     for r in own_means.itertuples()})
+    combined.update({f"{r['dataset']}/{r['noise']}/{r['method']}": rounded(r) for r in own_means.to_dict("records")})
     io.write_json(out / ALL_METRICS, combined)
     write_headline(summary, params, out / HEADLINE)
     print((out / "results.md").read_text())

@@ -20,8 +20,8 @@ from noisydml.data.images import InputPipeline
 from noisydml.engine import distributed
 from noisydml.engine.embedding import embed
 from noisydml.engine.types import RunSpec, TrainResult
-from noisydml.pipeline.face_eval import (VERIFICATION_EMBEDDINGS, model_embedder, verification_embeddings,
-                                         verification_sets)
+from noisydml.pipeline.face_features import (VERIFICATION_EMBEDDINGS, has_verification, model_embedder,
+                                             verification_embeddings)
 from noisydml.pipeline.job import BuiltJob, build_job, fit
 from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.rundata import load_run_data
@@ -153,7 +153,7 @@ def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, res
     if result.exports:
         np.savez(folder / EXPORTS, sample_id=data.sample_ids, **result.exports)
     prepared = layout.prepared(run.dataset)
-    if verification_sets(prepared) or (prepared / "verification" / "IJB").is_dir():  # a face dataset
+    if has_verification(prepared):  # a face dataset: its verification images' features, scored by evaluate
         embedder = model_embedder(result.model, result.method.retrieval, params["train"], params["runtime"],
                                   run.seed)
         np.savez(folder / VERIFICATION_EMBEDDINGS, **verification_embeddings(embedder, prepared))

@@ -59,6 +59,43 @@ def collect(runs: list[Run], layout, stats: dict[tuple[str, str], dict]) -> pd.D
 #: Scores of sample selection (the trainer's ``diag_*`` of a method's keep decisions).
 SELECTION_COLUMNS = ("diag_selection_precision", "diag_selection_recall", "diag_kept_fraction")
 
+#: Face verification metrics (the evaluate stage's, for datasets with verification sets), as the report heads them:
+#: 10-fold accuracy of each .bin set, TAR at FAR on the template pairs; all in %.
+VERIFICATION_METRICS = {"lfw_accuracy": "LFW-like acc.", "cfp_fp_accuracy": "CFP-FP-like acc.",
+                        "agedb_30_accuracy": "AgeDB-like acc.", "tar_at_far_0.001": "TAR@FAR 1e-3",
+                        "tar_at_far_0.0001": "TAR@FAR 1e-4", "tar_at_far_1e-05": "TAR@FAR 1e-5"}
+
+
+def verification_markdown(summary: pd.DataFrame, run_labels: dict[str, str],
+                          noise_names: dict[tuple[str, str], str]) -> list[str]:
+    """The face runs' verification numbers beside their P@1 (mean +- std over seeds, %), or nothing when no run
+    has them; the false accepts the lowest FAR rests on under the table."""
+    columns = [c for c in VERIFICATION_METRICS if c in summary.columns]
+    if not columns:
+        return []
+    rows = summary[summary[columns].notna().any(axis=1)]
+    shown = named_table(rows[["dataset", "noise", "method", "seeds"]], run_labels, noise_names)
+
+    def cell(mean, std, scale):
+        if pd.isna(mean):
+            return DASH
+        return f"{scale * mean:.{DIGITS}f}" + ("" if pd.isna(std) else f" ± {scale * std:.{DIGITS}f}")
+
+    shown["P@1"] = [cell(m, s, 100) for m, s in zip(rows["precision_at_1"], rows["precision_at_1_std"])]
+    for column in columns:
+        shown[VERIFICATION_METRICS[column]] = [cell(m, s, 1) for m, s in zip(rows[column], rows[f"{column}_std"])]
+    lines = ["## Face verification", "",
+             "Runs on datasets with verification sets: the 10-fold accuracy of each pair set (image + flipped image, "
+             "threshold chosen on nine folds) and TAR at FAR on the template pairs, beside P@1 on the test "
+             "identities; mean ± standard deviation over seeds, in %.", "",
+             shown.rename(columns={"noise": "noise setting"}).to_markdown(index=False, disable_numparse=True), ""]
+    fa = "tar_at_far_1e-05_false_accepts"
+    if fa in summary.columns and rows[fa].notna().any():
+        lines += [f"TAR at FAR 1e-5 rests on {int(rows[fa].min())} false accepts per run (per-seed values and "
+                  "Wilson intervals: results_per_seed.csv).", ""]
+    return lines
+
+
 def summarise(per_seed: pd.DataFrame, metric_names: list[str]) -> pd.DataFrame:
     """Mean and sample standard deviation (ddof=1; NaN for one seed) over seeds of every metric, one row per
     (dataset, noise, method)."""
