@@ -128,15 +128,17 @@ class Tracking(Callback):
 
 class Judge(Callback):
     """Scores the method's decisions against ground truth the method never sees (:mod:`noisydml.engine.judge`):
-    ``diag_*`` in every epoch's row, clean-vs-noisy histograms of the reported model's decisions in the result."""
+    ``diag_*`` in every epoch's row, clean-vs-noisy histograms of the reported model's decisions in the result, and
+    those decisions themselves (the run's ``decisions.npz``)."""
 
     def on_train_epoch_end(self, fit: FitState, epoch: int, row: dict) -> None:
         if fit.job.truth is not None:
             row.update(score_decisions(fit.method.decisions(), fit.job.truth))
 
     def on_fit_end(self, fit: FitState, result: TrainResult) -> None:
+        result.final_decisions = fit.method.decisions()  # kept with or without truth (a user's own data)
         if fit.job.truth is not None:
-            result.decision_histograms = decision_histograms(fit.method.decisions(), fit.job.truth)
+            result.decision_histograms = decision_histograms(result.final_decisions, fit.job.truth)
 
 
 class ModelSelection(Callback):

@@ -108,4 +108,7 @@ class TrainResult:
     exports: dict[str, np.ndarray] = field(default_factory=dict)
     #: Clean vs noisy histograms of the final model's decisions (weights, confidences), from ground truth.
     decision_histograms: dict[str, dict] = field(default_factory=dict)
+    #: The method's decisions on the reported model (a :class:`~noisydml.methods.base.Decisions`; None: it makes
+    #: none), whatever the truth: what a label audit reads of the method.
+    final_decisions: Any = None
     device: dict[str, Any] = field(default_factory=dict)

@@ -9,6 +9,9 @@ from pathlib import Path
 TRAIN_EMBEDDINGS = "train_embeddings.npz"
 #: A run's per-sample exports (:meth:`noisydml.methods.base.Method.export`), keyed by sample id.
 EXPORTS = "exports.npz"
+#: A run's own per-sample decisions on its reported model (keep, weights, confidence, pseudo-labels: what the
+#: method's :class:`~noisydml.methods.base.Decisions` hold), for every method that makes any, with or without truth.
+DECISIONS = "decisions.npz"
 #: The pretrain stage's backbone weights (``train.pretrained: embedded``), in :attr:`Layout.pretrained`.
 PRETRAINED_WEIGHTS = "backbone.pt"
 #: The report stage's record of the host and numerics it ran with, beside ``all_metrics.json`` in :attr:`Layout.reports`.

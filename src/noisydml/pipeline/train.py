@@ -23,7 +23,7 @@ from noisydml.engine.types import RunSpec, TrainResult
 from noisydml.pipeline.face_features import (VERIFICATION_EMBEDDINGS, has_verification, model_embedder,
                                              verification_embeddings)
 from noisydml.pipeline.job import BuiltJob, build_job, fit
-from noisydml.pipeline.layout import EXPORTS, TRAIN_EMBEDDINGS, Layout
+from noisydml.pipeline.layout import DECISIONS, EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.rundata import load_run_data
 from noisydml.runs import Run
 from noisydml.schema import ParamsError
@@ -152,6 +152,9 @@ def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, res
              true_labels=data.noisy["true_label"].to_numpy())
     if result.exports:
         np.savez(folder / EXPORTS, sample_id=data.sample_ids, **result.exports)
+    decisions = per_sample_decisions(result.final_decisions)
+    if decisions:  # the method's own per-sample decisions, row i = training sample sample_id[i]
+        np.savez(folder / DECISIONS, sample_id=data.sample_ids, **decisions)
     prepared = layout.prepared(run.dataset)
     if has_verification(prepared):  # a face dataset: its verification images' features, scored by evaluate
         embedder = model_embedder(result.model, result.method.retrieval, params["train"], params["runtime"],
@@ -169,6 +172,19 @@ def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, res
         **({"pretrained": built.pretrained} if built.pretrained else {}),
         "environment": result.device,
     })
+
+
+#: The per-sample fields of :class:`~noisydml.methods.base.Decisions` a run keeps (groups and drawn positives are
+#: per-epoch draws, judged by the trainer, not kept).
+DECISION_FIELDS = ("keep", "visits", "weights", "confidence", "pseudo_labels")
+
+
+def per_sample_decisions(decisions) -> dict[str, np.ndarray]:
+    """The fields of ``decisions`` (None: none) that the method filled, as arrays over its training rows."""
+    if decisions is None:
+        return {}
+    return {name: np.asarray(getattr(decisions, name)) for name in DECISION_FIELDS
+            if getattr(decisions, name) is not None}
 
 
 def _every_training_embedding(params: dict, seed: int, data, result: TrainResult) -> np.ndarray:
