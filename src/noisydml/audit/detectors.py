@@ -1,0 +1,134 @@
+"""Label-error detectors on a run's training embeddings, each returning the audit schema (:data:`AUDIT_COLUMNS`).
+
+- :func:`method_decisions`: the method's own decisions (its run's ``decisions.npz``): not kept -> flagged, the
+  kept share / weight / confidence as the score, its pseudo-label as the suggestion;
+- :func:`datalab`: cleanlab's ``Datalab`` label issues from the features alone (its kNN classifier, k = 10 by
+  default, then confident learning): the field's reference;
+- :func:`cross_fitted_probabilities` + :func:`confident_learning`: a linear probe trained on k-1 folds of the rows
+  scores the k-th (out of sample: an embedding trained on the noisy labels memorises part of them, so an in-sample
+  classifier over-trusts them), then cleanlab's ``find_label_issues`` and its normalised-margin rank;
+- :func:`knn_disagreement`: the share of a row's k nearest neighbours (itself excluded) that carry another label,
+  flagged above one half, the neighbours' majority as the suggestion: a floor.
+
+Ground truth never enters a detector; :mod:`noisydml.audit.judge` scores them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from noisydml.audit import AUDIT_COLUMNS
+
+
+def _frame(sample_id, given, score, flagged=None, suggested=None) -> pd.DataFrame:
+    n = len(given)
+    return pd.DataFrame({
+        "sample_id": np.asarray(sample_id, np.int64), "given_label": np.asarray(given, np.int64),
+        "score": np.asarray(score, np.float64),
+        "flagged": pd.array([pd.NA] * n if flagged is None else np.asarray(flagged, bool), dtype="boolean"),
+        "suggested_label": np.full(n, -1, np.int64) if suggested is None else np.asarray(suggested, np.int64),
+    })[list(AUDIT_COLUMNS)]
+
+
+def method_decisions(decisions: dict[str, np.ndarray], sample_id: np.ndarray, given: np.ndarray
+                     ) -> pd.DataFrame | None:
+    """A method's own decisions in the audit schema (None when it made none of keep / weights / confidence).
+
+    Score: 1 - the kept share (``keep``), else 1 - the confidence, else 1 - the weight scaled to its maximum;
+    flagged: not kept (kept share below 0.5), only where the method keeps or drops (a weight or a confidence has
+    no threshold of the method's own); suggested: the pseudo-label where it differs from the given label."""
+    order = pd.Series(np.arange(len(decisions["sample_id"])), index=decisions["sample_id"])
+    rows = order.loc[sample_id].to_numpy()
+    flagged = None
+    if "keep" in decisions:
+        keep = np.asarray(decisions["keep"], np.float64)[rows]
+        score, flagged = 1 - keep, np.where(np.isnan(keep), False, keep < 0.5)
+    elif "confidence" in decisions:
+        score = 1 - np.asarray(decisions["confidence"], np.float64)[rows]
+    elif "weights" in decisions:
+        weights = np.asarray(decisions["weights"], np.float64)[rows]
+        score = 1 - weights / max(np.nanmax(weights), 1e-12)
+    else:
+        return None
+    suggested = None
+    if "pseudo_labels" in decisions:
+        pseudo = np.asarray(decisions["pseudo_labels"], np.int64)[rows]
+        suggested = np.where((pseudo >= 0) & (pseudo != given), pseudo, -1)
+    return _frame(sample_id, given, np.nan_to_num(score, nan=0.0), flagged, suggested)
+
+
+def knn_disagreement(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, k: int = 10
+                     ) -> pd.DataFrame:
+    """The share of a row's ``k`` nearest neighbours (cosine, itself excluded) whose label differs from its own;
+    flagged above 1/2, suggesting the neighbours' most common label."""
+    from noisydml.neighbours import knn
+
+    _, idx = knn(_unit(embeddings), k)
+    neighbour_labels = given[idx]
+    score = (neighbour_labels != given[:, None]).mean(1)
+    majority = np.array([np.bincount(row).argmax() for row in neighbour_labels])
+    flagged = score > 0.5
+    return _frame(sample_id, given, score, flagged, np.where(flagged & (majority != given), majority, -1))
+
+
+def datalab(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, k: int = 10) -> pd.DataFrame:
+    """cleanlab's ``Datalab`` label issues from the features alone (``find_issues(features=...)``, its kNN
+    classifier with ``k`` neighbours): score = 1 - its label quality, flagged = its ``is_label_issue``, suggested
+    = its ``predicted_label`` where it differs."""
+    from cleanlab import Datalab
+
+    lab = Datalab(data={"label": np.asarray(given)}, label_name="label", verbosity=0)
+    lab.find_issues(features=np.ascontiguousarray(_unit(embeddings), dtype=np.float32),
+                    issue_types={"label": {"k": k}})
+    issues = lab.get_issues("label")
+    flagged = issues["is_label_issue"].to_numpy(bool)
+    predicted = issues["predicted_label"].to_numpy(np.int64)
+    return _frame(sample_id, given, 1 - issues["label_score"].to_numpy(np.float64), flagged,
+                  np.where(flagged & (predicted != given), predicted, -1))
+
+
+def cross_fitted_probabilities(embeddings: np.ndarray, given: np.ndarray, folds: int = 5, seed: int = 0,
+                               max_iter: int = 200) -> np.ndarray:
+    """Out-of-sample class probabilities ``(N, C)`` float32, C = the labels present: for each of ``folds``
+    stratified folds, a multinomial logistic regression on the other folds' rows predicts the fold's rows, so no
+    row is scored by a model that saw it. Labels must be 0..C-1."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    x = _unit(embeddings).astype(np.float32)
+    classes = int(given.max()) + 1
+    probs = np.zeros((len(given), classes), np.float32)
+    counts = np.bincount(given, minlength=classes)
+    splits = min(folds, int(counts[counts > 0].min())) if counts.min() > 0 else folds
+    splitter = StratifiedKFold(n_splits=max(2, splits), shuffle=True, random_state=seed)
+    for train, test in splitter.split(x, given):
+        probe = LogisticRegression(max_iter=max_iter, C=1.0)
+        probe.fit(x[train], given[train])
+        probs[np.ix_(test, probe.classes_)] = probe.predict_proba(x[test])
+    return probs
+
+
+def confident_learning(probs: np.ndarray, given: np.ndarray, sample_id: np.ndarray) -> pd.DataFrame:
+    """cleanlab's ``find_label_issues`` on out-of-sample probabilities (flags) and its normalised-margin label
+    quality (score = 1 - quality); suggested = the most probable other class of a flagged row."""
+    from cleanlab.filter import find_label_issues
+    from cleanlab.rank import get_label_quality_scores
+
+    flagged = find_label_issues(given, probs, filter_by="prune_by_noise_rate")
+    quality = get_label_quality_scores(given, probs, method="normalized_margin")
+    predicted = probs.argmax(1)
+    return _frame(sample_id, given, 1 - quality, flagged, np.where(flagged & (predicted != given), predicted, -1))
+
+
+def estimated_noise_rate(probs: np.ndarray, given: np.ndarray) -> float:
+    """cleanlab's estimate of how many labels are wrong (``num_label_issues`` / N): the rate a method that must be
+    told one (PRISM, SGPS) can be given when the truth is unknown."""
+    from cleanlab.count import num_label_issues
+
+    return float(num_label_issues(given, probs)) / len(given)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)

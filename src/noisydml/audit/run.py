@@ -1,0 +1,78 @@
+"""The audit of one trained run: every detector on its training rows, in the audit schema, and their judged table.
+
+Reads the run folder only: ``train_embeddings.npz`` (the final model's embeddings of the training rows, their given
+labels and, where the corrupt stage knows it, their true labels) and ``decisions.npz`` (the method's own). Never the
+test split.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from noisydml.audit import detectors
+from noisydml.audit.judge import judge
+
+#: The detectors that need no method, in the order the tables list them.
+DETECTORS = ("datalab", "confident_learning", "knn_disagreement")
+
+
+def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Detector name -> its scores (audit schema, labels as the run's training-label ids): ``method`` (the run's own
+    decisions, where it made any) and :data:`DETECTORS`. Each frame carries ``attrs['seconds']`` and
+    ``attrs['peak_mib']`` (Python-side allocations, tracemalloc's) of its detector."""
+    run_dir = Path(run_dir)
+    rows = np.load(run_dir / "train_embeddings.npz")
+    sample_id, given, emb = rows["sample_ids"], rows["labels"].astype(np.int64), rows["embeddings"]
+    classes, dense = np.unique(given, return_inverse=True)  # cleanlab wants labels 0..C-1
+
+    def back(frame: pd.DataFrame) -> pd.DataFrame:
+        frame["given_label"] = classes[frame["given_label"].to_numpy()]
+        s = frame["suggested_label"].to_numpy()
+        frame["suggested_label"] = np.where(s >= 0, classes[np.maximum(s, 0)], -1)
+        return frame
+
+    out: dict[str, pd.DataFrame] = {}
+
+    def timed(name, fn):
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        frame = fn()
+        seconds = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        if frame is not None:
+            frame.attrs.update(seconds=seconds, peak_mib=peak)
+            out[name] = frame
+        return frame
+
+    if (run_dir / "decisions.npz").is_file():
+        saved = dict(np.load(run_dir / "decisions.npz"))
+        timed("method", lambda: detectors.method_decisions(saved, sample_id, given))
+    timed("datalab", lambda: back(detectors.datalab(emb, dense, sample_id, k)))
+    probs_box = {}
+
+    def probe():
+        probs_box["p"] = detectors.cross_fitted_probabilities(emb, dense, folds, seed)
+        return back(detectors.confident_learning(probs_box["p"], dense, sample_id))
+
+    timed("confident_learning", probe)
+    timed("knn_disagreement", lambda: back(detectors.knn_disagreement(emb, dense, sample_id, k)))
+    out["confident_learning"].attrs["estimated_noise_rate"] = detectors.estimated_noise_rate(probs_box["p"], dense)
+    return out
+
+
+def judged_table(audits: dict[str, pd.DataFrame], run_dir: str | Path) -> pd.DataFrame:
+    """One row per detector: :func:`noisydml.audit.judge.judge` against the run's true labels (rows whose truth is
+    unknown, ``true_labels`` < 0 of a class not trained, count as wrong: their given label is not their class)."""
+    rows = np.load(Path(run_dir) / "train_embeddings.npz")
+    is_noisy = rows["labels"] != rows["true_labels"]
+    table = []
+    for name, frame in audits.items():
+        table.append({"detector": name, **judge(frame, is_noisy), "seconds": frame.attrs.get("seconds"),
+                      "peak_mib": frame.attrs.get("peak_mib")})
+    return pd.DataFrame(table)
