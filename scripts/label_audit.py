@@ -17,11 +17,29 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from noisydml.audit.run import audit_run, judged_table  # noqa: E402 - the package from this checkout
+from noisydml.audit.run import audit_run, judged_table, truth_of  # noqa: E402 - the package from this checkout
+from noisydml.audit.sheet import rank_suspects, write_sheet  # noqa: E402
+from noisydml.data.prepared import PreparedDataset  # noqa: E402
+
+
+def contact_sheet(run: Path, audits: dict, folder: Path, top: int) -> Path:
+    """The run's suspects over every detector, with the prepared dataset's images and class names."""
+    root = run.resolve().parents[4]
+    dataset = run.resolve().parents[2].name
+    prepared = PreparedDataset.load(root / "data" / "prepared" / dataset, root)
+    rows = np.load(run / "train_embeddings.npz")
+    ids = rows["sample_ids"]
+    manifest = prepared.manifest.set_index("sample_id")
+    names = manifest.groupby("label")["class_name"].first()
+    class_names = [str(names.get(c, c)) for c in range(int(manifest["label"].max()) + 1)]
+    images = [prepared.images[int(i)] for i in ids]
+    return write_sheet(rank_suspects(audits), images, ids, rows["labels"], class_names, folder, top,
+                       title=f"Suspected labels: {'/'.join(run.parts[-4:])}")
 
 
 def main(argv: list[str]) -> None:
@@ -32,6 +50,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted probe (ours: 5)")
     parser.add_argument("--csv", type=Path, help="write every run's judged rows to this CSV")
     parser.add_argument("--per-sample", type=Path, help="a folder for every detector's per-sample scores")
+    parser.add_argument("--sheet", type=Path, help="a folder per run for the contact sheet of its suspects "
+                                                   "(<folder>/<dataset>-<noise>-<run>-seed<k>/index.html)")
+    parser.add_argument("--top", type=int, default=50, help="suspects on a contact sheet")
     args = parser.parse_args(argv)
     tables = []
     for run in args.runs:
@@ -39,13 +60,16 @@ def main(argv: list[str]) -> None:
             raise SystemExit(f"{run}: no train_embeddings.npz; give trained run folders (dvc repro first)")
         seed = int(run.name.removeprefix("seed")) if run.name.startswith("seed") else 0
         audits = audit_run(run, args.k, args.folds, seed)
-        table = judged_table(audits, run)
+        table = judged_table(audits, truth_of(run))
         table.insert(0, "run", str(run))
         rate = audits["confident_learning"].attrs["estimated_noise_rate"]
         print(f"\n{run}: true noise rate {table['noise_rate'].iloc[0]:.3f}, cleanlab's estimate {rate:.3f}")
         print(table.drop(columns=["run", "rows", "noise_rate"]).to_string(index=False, float_format="%.3f"))
         table["estimated_noise_rate"] = rate
         tables.append(table)
+        if args.sheet:
+            page = contact_sheet(run, audits, args.sheet / "-".join(run.resolve().parts[-4:]), args.top)
+            print(f"contact sheet: {page}")
         if args.per_sample:
             args.per_sample.mkdir(parents=True, exist_ok=True)
             for name, frame in audits.items():

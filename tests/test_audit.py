@@ -103,3 +103,30 @@ def test_estimated_noise_rate_is_near_the_true_one():
     emb, given, true, ids = clusters(seed=2, noise=0.25)
     probs = detectors.cross_fitted_probabilities(emb, given, 5, 0)
     assert detectors.estimated_noise_rate(probs, given) == pytest.approx((given != true).mean(), abs=0.08)
+
+
+def test_the_contact_sheet_shows_the_top_suspects_with_every_image_present_and_labels_escaped(tmp_path):
+    import re
+
+    from noisydml.audit.sheet import rank_suspects, write_sheet
+
+    emb, given, true, ids = clusters(classes=4, per_class=15)
+    audits = {"knn": detectors.knn_disagreement(emb, given, ids),
+              "probe": detectors.confident_learning(detectors.cross_fitted_probabilities(emb, given, 3, 0), given,
+                                                    ids)}
+    suspects = rank_suspects(audits)
+    assert suspects["consensus"].is_monotonic_decreasing and len(suspects) == len(ids)
+    assert set(suspects.columns) >= {"sample_id", "given_label", "consensus", "agree", "suggested_label",
+                                     "score_knn", "score_probe"}
+    images = np.random.default_rng(0).integers(0, 256, (len(ids), 8, 8, 3), dtype=np.uint8)
+    names = ["<b>cat</b>", "dog & co", "A \"quoted\"", "plain"]
+    page = write_sheet(suspects, images, ids, given, names, tmp_path / "sheet", top_n=12)
+    text = page.read_text()
+    rows = re.findall(r"<tr><td>\d+</td>", text)
+    assert len(rows) == 12
+    sources = re.findall(r'<img src="([^"]+)"', text)
+    assert sources and all((page.parent / s).is_file() for s in sources)
+    assert "<b>cat</b>" not in text and ("&lt;b&gt;cat&lt;/b&gt;" in text or "dog &amp; co" in text)
+    assert (page.parent / "suspects.csv").is_file()
+    # the top suspect is on the page first, its image the first thumbnail of its row
+    assert sources[0] == f"thumbs/{suspects['sample_id'].iloc[0]}.png"

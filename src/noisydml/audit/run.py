@@ -66,13 +66,24 @@ def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0) -
     return out
 
 
-def judged_table(audits: dict[str, pd.DataFrame], run_dir: str | Path) -> pd.DataFrame:
-    """One row per detector: :func:`noisydml.audit.judge.judge` against the run's true labels (rows whose truth is
-    unknown, ``true_labels`` < 0 of a class not trained, count as wrong: their given label is not their class)."""
-    rows = np.load(Path(run_dir) / "train_embeddings.npz")
-    is_noisy = rows["labels"] != rows["true_labels"]
+def truth_of(run_dir: str | Path) -> pd.Series:
+    """Per training sample id, whether its label is wrong: the corrupt stage's ``is_noisy`` of the run's dataset
+    and noise (``data/noisy/<dataset>/<noise>/labels.csv`` beside ``runs/``)."""
+    run_dir = Path(run_dir).resolve()
+    root, dataset, noise = run_dir.parents[4], run_dir.parents[2].name, run_dir.parents[1].name
+    path = root / "data" / "noisy" / dataset / noise / "labels.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; the corrupt stage writes it (dvc repro corrupt@{dataset}-{noise})")
+    labels = pd.read_csv(path)
+    return pd.Series(labels["is_noisy"].to_numpy(bool), index=labels["sample_id"].to_numpy())
+
+
+def judged_table(audits: dict[str, pd.DataFrame], is_noisy: pd.Series) -> pd.DataFrame:
+    """One row per detector: :func:`noisydml.audit.judge.judge` against ``is_noisy`` (per sample id; the corrupt
+    stage's truth, :func:`truth_of`)."""
     table = []
     for name, frame in audits.items():
-        table.append({"detector": name, **judge(frame, is_noisy), "seconds": frame.attrs.get("seconds"),
+        truth = is_noisy.loc[frame["sample_id"].to_numpy()].to_numpy()
+        table.append({"detector": name, **judge(frame, truth), "seconds": frame.attrs.get("seconds"),
                       "peak_mib": frame.attrs.get("peak_mib")})
     return pd.DataFrame(table)
