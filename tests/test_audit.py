@@ -88,6 +88,10 @@ def test_method_decisions_in_the_schema():
                                          np.array([5, 6]), np.array([0, 0]))
     assert weights["score"].tolist() == [0.0, 0.5] and weights["flagged"].isna().all()
     assert detectors.method_decisions({"sample_id": np.array([5])}, np.array([5]), np.array([0])) is None
+    # a row the method never saw (a chained run on a subset): no decision, score 0
+    partial = detectors.method_decisions({"sample_id": np.array([5]), "keep": np.array([0.0])},
+                                         np.array([5, 9]), np.array([0, 0]))
+    assert partial["score"].tolist() == [1.0, 0.0] and partial["flagged"].tolist() == [True, False]
 
 
 def test_paired_bootstrap_interval_holds_the_difference():

@@ -38,22 +38,28 @@ def method_decisions(decisions: dict[str, np.ndarray], sample_id: np.ndarray, gi
     Score: 1 - the kept share (``keep``), else 1 - the confidence, else 1 - the weight scaled to its maximum;
     flagged: not kept (kept share below 0.5), only where the method keeps or drops (a weight or a confidence has
     no threshold of the method's own); suggested: the pseudo-label where it differs from the given label."""
-    order = pd.Series(np.arange(len(decisions["sample_id"])), index=decisions["sample_id"])
-    rows = order.loc[sample_id].to_numpy()
+    # rows the method never saw (a chained run trained on a subset) get no decision: score 0, not flagged
+    rows = pd.Series(np.arange(len(decisions["sample_id"])), index=decisions["sample_id"]).reindex(sample_id)
+    seen = rows.notna().to_numpy()
+    rows = rows.fillna(0).to_numpy(np.int64)
+
+    def field(name: str, fill: float) -> np.ndarray:
+        return np.where(seen, np.asarray(decisions[name], np.float64)[rows], fill)
+
     flagged = None
     if "keep" in decisions:
-        keep = np.asarray(decisions["keep"], np.float64)[rows]
+        keep = field("keep", np.nan)
         score, flagged = 1 - keep, np.where(np.isnan(keep), False, keep < 0.5)
     elif "confidence" in decisions:
-        score = 1 - np.asarray(decisions["confidence"], np.float64)[rows]
+        score = 1 - field("confidence", np.nan)
     elif "weights" in decisions:
-        weights = np.asarray(decisions["weights"], np.float64)[rows]
+        weights = field("weights", np.nan)
         score = 1 - weights / max(np.nanmax(weights), 1e-12)
     else:
         return None
     suggested = None
     if "pseudo_labels" in decisions:
-        pseudo = np.asarray(decisions["pseudo_labels"], np.int64)[rows]
+        pseudo = field("pseudo_labels", -1).astype(np.int64)
         suggested = np.where((pseudo >= 0) & (pseudo != given), pseudo, -1)
     return _frame(sample_id, given, np.nan_to_num(score, nan=0.0), flagged, suggested)
 
