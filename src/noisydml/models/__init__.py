@@ -1,7 +1,8 @@
 """Backbones and the embedding network (backbone -> linear head -> L2 normalisation).
 
 ``small_cnn`` is the CPU default for the embedded dataset; the torchvision
-ResNets and BN-Inception (:mod:`noisydml.models.bninception`) are for the paper profile. Every backbone ends in a
+ResNets and BN-Inception (:mod:`noisydml.models.bninception`) are for the paper profile, the iResNets
+(:mod:`noisydml.models.iresnet`) for face recognition. Every backbone ends in a
 global pooling of its last feature map (``train.pooling``: avg, max, or avg+max summed as Proxy-Anchor's code
 does); ``train.frozen_bn`` keeps its batch-norm layers at their loaded statistics (eval mode, affine parameters
 fixed), as the DML papers' code does with ImageNet weights. Where a backbone starts is ``train.pretrained``:
@@ -112,11 +113,28 @@ class _RepeatChannels(nn.Module):
         return x.expand(-1, self.channels, -1, -1)
 
 
+def _iresnet(name: str) -> Callable[[int, dict], nn.Module]:
+    def build(in_channels: int, cfg: dict) -> nn.Module:
+        from noisydml.models.iresnet import DEPTHS, IResNet
+
+        if cfg["pooling"] != "avg":  # no global pooling: the linear layer flattens the 7 x 7 map
+            raise ParamsError(f"train.pooling: {cfg['pooling']!r} with train.backbone {name!r}, which flattens its "
+                              "last map (no global pooling); allowed: avg")
+        return IResNet(DEPTHS[name], in_channels)
+
+    return build
+
+
 BACKBONES: dict[str, Callable[[int, dict], nn.Module]] = {
     "small_cnn": lambda in_channels, cfg: SmallCNN(in_channels, cfg["backbone_width"], cfg["pooling"]),
     "resnet18": _torchvision_resnet("resnet18"),
     "resnet50": _torchvision_resnet("resnet50"),
     "bn_inception": _bn_inception,
+    # ArcFace's face backbones (arcface_torch's layout, :mod:`noisydml.models.iresnet`), 512-d features
+    "iresnet18": _iresnet("iresnet18"),
+    "iresnet34": _iresnet("iresnet34"),
+    "iresnet50": _iresnet("iresnet50"),
+    "iresnet100": _iresnet("iresnet100"),
 }
 
 

@@ -183,17 +183,12 @@ PRISM_SCHEMA = {
 class PrismMethod(Method):
     """PRISM's selector in front of a base loss from :mod:`noisydml.methods.parts.pml`."""
 
-    def __init__(self, setup: MethodSetup, base: "PMLBaseline"):
+    def __init__(self, setup: MethodSetup, base: "PMLBaseline | None"):
+        """``base``: the pml loss on the kept samples; None for a subclass that computes its clean loss itself
+        (``dcq_sgps``: DCQ's, whose class queue is then the memory)."""
         super().__init__(setup)
-        from noisydml.methods.parts.pml import PMLMethod
-
         hp = setup.hparams
-        base_hparams = {"loss": hp["loss"], "memory_size": hp["memory_size"], "miner": {}}
-        if base.memory:  # a base with XBM's memory has its warm-up and reduction in prism_spec
-            base_hparams["memory_warmup_steps"] = hp["memory_warmup_steps"]
-            base_hparams["reduction"] = hp["reduction"]
-        self.base = PMLMethod(MethodSetup(base_hparams, setup.num_classes, setup.embedding_dim, setup.dataset_size,
-                                          setup.train_labels, setup.seed), base)
+        self.base = None if base is None else self._pml_base(setup, base)
         self.memory = ClassCentreMemory(hp["memory_size"], setup.embedding_dim, setup.num_classes)
         self.threshold = SlidingThreshold(hp["noise_rate"], hp["window"], keep_unscorable=hp["unscorable"] == "keep",
                                           reset_on_fallback=hp["fallback_window"] == "reset")
@@ -202,6 +197,18 @@ class PrismMethod(Method):
         self.register_buffer("visits", torch.zeros(setup.dataset_size, dtype=torch.long))
         self.register_buffer("kept_visits", torch.zeros(setup.dataset_size, dtype=torch.long))
         self._last_threshold = float("nan")
+
+    @staticmethod
+    def _pml_base(setup: MethodSetup, base: "PMLBaseline"):
+        from noisydml.methods.parts.pml import PMLMethod
+
+        hp = setup.hparams
+        base_hparams = {"loss": hp["loss"], "memory_size": hp["memory_size"], "miner": {}}
+        if base.memory:  # a base with XBM's memory has its warm-up and reduction in prism_spec
+            base_hparams["memory_warmup_steps"] = hp["memory_warmup_steps"]
+            base_hparams["reduction"] = hp["reduction"]
+        return PMLMethod(MethodSetup(base_hparams, setup.num_classes, setup.embedding_dim, setup.dataset_size,
+                                     setup.train_labels, setup.seed), base)
 
     def select(self, embeddings: torch.Tensor, labels: torch.Tensor, step: int) -> torch.Tensor:
         """Algorithm 1, lines 1-14: the keep mask of a batch (the memory is not touched)."""

@@ -196,7 +196,7 @@ class Groups:
 class SgpsMethod(PrismMethod):
     """PCS + clean loss (:class:`PrismMethod`) + L_noise on the rejected samples; see the module docstring."""
 
-    def __init__(self, setup: MethodSetup, base: "PMLBaseline"):
+    def __init__(self, setup: MethodSetup, base: "PMLBaseline | None"):
         super().__init__(setup, base)
         hp = setup.hparams
         n, d = setup.dataset_size, setup.embedding_dim
@@ -471,26 +471,28 @@ def clean_loss_without_enqueue(base, embeddings: torch.Tensor, labels: torch.Ten
     return value / batch_size if base.sum_over_batch else value
 
 
+def check_sgps(hp: dict, where: str) -> None:
+    """Checks across SGPS's keys (``validate`` of every SGPS method's spec)."""
+    if hp["sgm"]["lambda_min"] > hp["sgm"]["lambda_max"]:
+        raise ParamsError(f"{where}.sgm.lambda_min: {hp['sgm']['lambda_min']} is above lambda_max "
+                          f"{hp['sgm']['lambda_max']}; allowed: lambda_min <= lambda_max (Alg. 1)")
+    if hp["noise_rate"] == 0:
+        raise ParamsError(f"{where}.noise_rate: 0 rejects nothing, so L_noise never applies; allowed: (0, 0.99]")
+    authors = hp["authors"]
+    for key in ("selection_on_all", "positives_update_bank"):
+        if authors[key] and hp["positive_source"] != "forward":
+            raise ParamsError(f"{where}.authors.{key}: true needs forwarded positives, but {where}.positive_source "
+                              f"is {hp['positive_source']!r}; allowed: positive_source: forward, or {key}: false")
+    if authors["clean_loss_on_all"] and not authors["selection_on_all"]:
+        raise ParamsError(f"{where}.authors.clean_loss_on_all: true needs the second selection that chooses its "
+                          f"images; allowed: authors.selection_on_all: true, or clean_loss_on_all: false")
+
+
 def sgps_spec(base: "PMLBaseline", description: str) -> MethodSpec:
     """SGPS around the pml loss ``base`` (L_clean; :class:`~noisydml.methods.parts.pml.PMLBaseline`)."""
     from noisydml.methods.parts.pml import loss_schema
 
     schema = {**selector_schema(base), **SGPS_SCHEMA}
-
-    def validate(hp: dict, where: str) -> None:
-        if hp["sgm"]["lambda_min"] > hp["sgm"]["lambda_max"]:
-            raise ParamsError(f"{where}.sgm.lambda_min: {hp['sgm']['lambda_min']} is above lambda_max "
-                              f"{hp['sgm']['lambda_max']}; allowed: lambda_min <= lambda_max (Alg. 1)")
-        if hp["noise_rate"] == 0:
-            raise ParamsError(f"{where}.noise_rate: 0 rejects nothing, so L_noise never applies; allowed: (0, 0.99]")
-        authors = hp["authors"]
-        for key in ("selection_on_all", "positives_update_bank"):
-            if authors[key] and hp["positive_source"] != "forward":
-                raise ParamsError(f"{where}.authors.{key}: true needs forwarded positives, but {where}.positive_source "
-                                  f"is {hp['positive_source']!r}; allowed: positive_source: forward, or {key}: false")
-        if authors["clean_loss_on_all"] and not authors["selection_on_all"]:
-            raise ParamsError(f"{where}.authors.clean_loss_on_all: true needs the second selection that chooses its "
-                              f"images; allowed: authors.selection_on_all: true, or clean_loss_on_all: false")
 
     return MethodSpec(
         build=lambda setup: SgpsMethod(setup, base),
@@ -498,5 +500,5 @@ def sgps_spec(base: "PMLBaseline", description: str) -> MethodSpec:
         description=description,
         nested={"loss": loss_schema(base), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA,
                 "authors": AUTHORS_SCHEMA},
-        validate=validate,
+        validate=check_sgps,
     )
