@@ -28,6 +28,8 @@ def lr_factor(schedule: dict, epochs: int, steps_per_epoch: int) -> Callable[[in
             return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
         if schedule["name"] == "step":
             return schedule["gamma"] ** ((step // steps_per_epoch) // schedule["step_epochs"])
+        if schedule["name"] == "multistep":  # DCQ's code: lr x 0.1 if epoch >= milestone, for each milestone
+            return schedule["gamma"] ** sum(step // steps_per_epoch >= m for m in schedule["milestones"])
         return 1.0
 
     return factor

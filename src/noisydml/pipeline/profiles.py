@@ -98,7 +98,9 @@ def settings_tables(profiles: dict[str, dict]) -> str:
 #: The GPU-hour estimate's assumptions (not measured: no GPU was lent): training images per second at batch 64,
 #: 224 px, fp32/TF32 on one A100-class GPU (anchor: NVIDIA DeepLearningExamples' ResNet-50 v1.5 PyTorch, 938 img/s
 #: TF32 at batch 256; BN-Inception has about half its FLOPs); evaluation 3x faster (forward only).
-GPU_TRAIN_IMAGES_PER_S = {"bn_inception": 1400.0, "resnet50": 800.0}
+GPU_TRAIN_IMAGES_PER_S = {"bn_inception": 1400.0, "resnet50": 800.0,
+                          # at 112 px, scaled from resnet50 at 224 by forward FLOPs (iResNet-50 6.3G, ResNet-50 4.1G)
+                          "iresnet18": 1250.0, "iresnet34": 720.0, "iresnet50": 520.0, "iresnet100": 270.0}
 #: JPEG decode + RandomResizedCrop + flip per loader process, measured here (scripts/bench_data_pipeline.py), and
 #: the processes assumed (``runtime.loader_workers: -1`` on a 16-core machine: 15; 12 to leave room).
 DECODE_IMAGES_PER_S, DECODE_PROCESSES = 231.0, 12
@@ -112,10 +114,24 @@ STEP_OVERHEAD_S = 0.015
 PAPER_TRAIN_IMAGES = {"food101n": 144086, "cars98n": 9558}
 
 
+#: Face recognition (SGPS Table IV), source local: training images by ``variant`` (the paper's MS1MV0 10M, MS1MV2
+#: 5.8M) and the evaluation crops: LFW 12,000 + CFP-FP 14,000 + AgeDB-30 12,000 (each pair's two images) + IJB-C's
+#: 469,375 (insightface's ``ijbc_name_5pts_score.txt``, as we recall it: check before relying on it).
+FACE_TRAIN_IMAGES = {"noisy": 10_000_000, "cleaned": 5_800_000}
+FACE_TEST_IMAGES = 12_000 + 14_000 + 12_000 + 469_375
+#: 112-px crops from RecordIO decode far faster than full-size JPEGs (assumed; not measured here).
+FACE_DECODE_IMAGES_PER_S = 2000.0
+#: Methods that forward the batch a second time through a momentum key encoder (no backward): ~1/3 more compute.
+KEY_ENCODER = ("dcq", "dcq_sgps")
+
+
 def _images(params: dict, dataset: str) -> tuple[int, int]:
     from noisydml.data.benchmarks import BENCHMARKS
 
     kind = params["datasets"][dataset]["kind"]
+    if kind == "faces":
+        cfg = params["datasets"][dataset]
+        return FACE_TRAIN_IMAGES[cfg["variant"]], FACE_TEST_IMAGES
     counts = BENCHMARKS[kind].official_counts(params["datasets"][dataset])
     train = counts.get("train_samples", PAPER_TRAIN_IMAGES.get(kind, 0))
     test = counts.get("test_samples", counts.get("query_samples", 0) + counts.get("gallery_samples", 0))
@@ -131,7 +147,6 @@ def estimate(params: dict) -> dict[str, float]:
     from noisydml.engine.sampling import steps_per_epoch
     from noisydml.runs import runs_of
 
-    decode = DECODE_IMAGES_PER_S * DECODE_PROCESSES
     seconds, most = 0.0, 0
     for run in runs_of(params):
         run_params = run.params(params)
@@ -145,12 +160,14 @@ def estimate(params: dict) -> dict[str, float]:
             forwarded_epochs = max(0, train_cfg["epochs"] - method["sgm"]["start_epoch"])
             trained += forwarded_epochs * steps * batch * method["positives_per_sample"]
         most = max(most, iterations)
-        networks = 2 if run.method in TWO_NETWORKS else 1
+        networks = 2 if run.method in TWO_NETWORKS else (4 / 3 if run.method in KEY_ENCODER else 1)
+        face = params["datasets"][run.dataset]["kind"] == "faces"
+        decode = (FACE_DECODE_IMAGES_PER_S if face else DECODE_IMAGES_PER_S) * DECODE_PROCESSES
         rate = min(GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]] / networks, decode)
         evals = train_cfg["epochs"] // max(1, train_cfg["eval_every"]) + 1
         if train_cfg["test_check_every_steps"]:  # a test pass every N steps (the test-selected figure)
             evals += iterations // train_cfg["test_check_every_steps"]
-        passes = 1 + (2 if run.method.startswith("sgps") else 0) + (train_cfg["epochs"] if run.method == "bspml" else 0)
+        passes = 1 + (2 if "sgps" in run.method else 0) + (train_cfg["epochs"] if run.method == "bspml" else 0)
         eval_rate = min(3 * GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]], decode)
         seconds += (trained / rate + iterations * STEP_OVERHEAD_S
                     + (evals * test_images + passes * train_images) / eval_rate)
