@@ -229,3 +229,18 @@ class FakeServices:
 
     def embed_train(self, network):
         raise NotImplementedError("FakeServices: no training rows here")
+
+
+def grouped_sgps_state(m, seed=1):
+    """An SGPS method (12 rows, 4-d) after one SGM round: a random bank and fixed ``c^B`` / ``c^T`` labellings;
+    returns the generator, for the test's further draws."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(seed)
+    m.bank.copy_(F.normalize(torch.randn(12, 4, generator=g), dim=1))
+    m.bottom_up_labels.copy_(torch.tensor([0, 0, 1, 1, 2, 2, 0, 3, 3, 4, 4, 4]))
+    m.top_down_labels.copy_(torch.tensor([0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0]))
+    m.sgm_round.fill_(1)
+    m._set_pools()
+    return g

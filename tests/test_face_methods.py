@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import FakeServices
+from conftest import FakeServices, grouped_sgps_state
 from noisydml.methods import load_spec
 from noisydml.methods.base import Batch, MethodSetup
 from noisydml.methods.parts.dcq import ClassQueue, KeyEncoder, margin_softmax_loss, pair_rows
@@ -120,12 +120,7 @@ def _dcq_sgps(**hp):
 
 def test_dcq_sgps_loss_is_eq_18_on_kept_queries_plus_eqs_13_to_16_on_rejected_ones():
     m, labels, services = _dcq_sgps()
-    g = torch.Generator().manual_seed(3)
-    m.bank.copy_(F.normalize(torch.randn(12, 4, generator=g), dim=1))
-    m.bottom_up_labels.copy_(torch.tensor([0, 0, 1, 1, 2, 2, 0, 3, 3, 4, 4, 4]))
-    m.top_down_labels.copy_(torch.tensor([0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0]))
-    m.sgm_round.fill_(1)
-    m._set_pools()
+    g = grouped_sgps_state(m, seed=3)
     queue = F.normalize(torch.randn(5, 4, generator=g), dim=1)
     queue_labels, queue_rows = torch.tensor([0, 1, 2, 3, 1]), torch.tensor([1, 4, 7, 10, 5])
     m.memory.enqueue(queue, queue_labels, queue_rows)

@@ -53,6 +53,9 @@ def test_every_profile_takes_the_rehearsal_overrides_through_dvc():
     ("sgps/table3_cars98n", {("SGPS", "Table III"): 15, ("PRISM", "Table 3"): 0}),
     # PRISM's cells, the three Co-teaching rows among them, and SGPS's reprints of 8 of them
     ("prism/table3_cars98n", {("PRISM", "Table 3"): 10, ("SGPS", "Table III"): 8}),
+    # SGPS's face rows without a classifier: DCQ and DCQ + SGPS on the MS1MV0 stand-in, read from insightface's
+    # files (RecordIO, .bin, IJB-C meta) by iResNet-50
+    ("sgps/table4_pairwise", {("SGPS", "Table IV"): 2, ("SGPS", "Table III"): 0}),
 ])
 def test_a_table_of_each_paper_is_rehearsed_through_dvc_exp_run(name, filled, tmp_path):
     folder = rehearse(name, PROFILES[name], repo=REPO, folder=tmp_path / "repo", timeout=1800)

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+
+from conftest import grouped_sgps_state
 import torch.nn.functional as F
 
 from noisydml.engine.judge import GroundTruth, score_decisions
@@ -219,14 +221,6 @@ def test_l_noise_matches_a_direct_computation_of_eqs_13_to_16():
     assert emb.grad is not None and emb.grad[1].abs().sum() > 0
 
 
-def _grouped(m, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    m.bank.copy_(F.normalize(torch.randn(12, 4, generator=g), dim=1))
-    m.bottom_up_labels.copy_(torch.tensor([0, 0, 1, 1, 2, 2, 0, 3, 3, 4, 4, 4]))
-    m.top_down_labels.copy_(torch.tensor([0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0]))
-    m.sgm_round.fill_(1)
-    m._set_pools()
-    return g
 
 
 def test_forwarded_positives_are_drawn_for_every_item_and_carry_the_gradient():
@@ -237,7 +231,7 @@ def test_forwarded_positives_are_drawn_for_every_item_and_carry_the_gradient():
     rows = np.array([0, 3, 6, 9])
     m.sgm_round.fill_(0)
     assert m.extra_samples(rows, 0, 7) is None  # no subgroups yet: nothing extra
-    g = _grouped(m)
+    g = grouped_sgps_state(m)
     request = m.extra_samples(rows, 1, 7)  # the rows, and what was drawn with them (back on batch.extra)
     extra_rows = request.rows
     drawn, _ = m.draw_positives(rows, 7)
@@ -368,7 +362,7 @@ def test_selection_on_all_ranks_every_forwarded_image_into_the_queries_window():
     query call's kept rows are enqueued."""
     m, labels = _method(gamma_batch=1.0, gamma_bank=0.0, temperature=0.1, margin=0.2, ppm="mean", window=2,
                         positives_per_sample=3, positive_source="forward", authors={"selection_on_all": True})
-    g = _grouped(m)
+    g = grouped_sgps_state(m)
     mem = F.normalize(torch.randn(9, 4, generator=g), dim=1)
     mem_labels = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
     m.memory.enqueue(mem, torch.as_tensor(mem_labels), torch.arange(9))
@@ -428,7 +422,7 @@ def test_clean_loss_on_all_adds_the_second_clean_term_to_the_noise_loss():
     for name, authors in (("select", {"selection_on_all": True}),
                           ("both", {"selection_on_all": True, "clean_loss_on_all": True})):
         m, labels = _method(**kw, authors=authors)
-        g = _grouped(m)
+        g = grouped_sgps_state(m)
         m.memory.enqueue(F.normalize(torch.randn(9, 4, generator=g), dim=1), torch.as_tensor([0, 1, 2] * 3),
                          torch.arange(9))
         batch = _forwarded_batch(m, labels, g)
@@ -448,7 +442,7 @@ def test_clean_loss_on_all_adds_the_second_clean_term_to_the_noise_loss():
 def test_positives_update_bank_refreshes_each_forwarded_row_once_after_the_batch_rows():
     m, labels = _method(positives_per_sample=3, positive_source="forward", bank_momentum=0.9,
                         authors={"positives_update_bank": True})
-    g = _grouped(m)
+    g = grouped_sgps_state(m)
     before = m.bank.clone()
     batch = _forwarded_batch(m, labels, g)
     m._update_bank(batch)
@@ -465,7 +459,7 @@ def test_positives_update_bank_refreshes_each_forwarded_row_once_after_the_batch
     assert torch.allclose(m.bank, expected, atol=1e-6)
     assert len(set(extra_rows.tolist()) - set(rows.tolist())) > 0  # the case is not empty
     off, _ = _method(positives_per_sample=3, positive_source="forward", bank_momentum=0.9)
-    _grouped(off)
+    grouped_sgps_state(off)
     off._update_bank(batch)
     untouched = sorted(set(extra_rows.tolist()) - set(rows.tolist()))
     assert torch.equal(off.bank[untouched], before[untouched])  # off: only the batch's rows

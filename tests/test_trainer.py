@@ -224,6 +224,8 @@ COSINE_AFTER_WARMUP = [(1 + np.cos(np.pi * k / 8)) / 2 for k in (0, 1, 4, 7)]  #
     ({"name": "cosine", "warmup_epochs": 1, "step_epochs": 10, "gamma": 0.1}, [0.25, 0.5, 0.75, 1.0] + COSINE_AFTER_WARMUP),
     ({"name": "step", "warmup_epochs": 0, "step_epochs": 1, "gamma": 0.5}, [1, 1, 1, 1, 0.5, 0.5, 0.25, 0.25]),
     ({"name": "constant", "warmup_epochs": 0, "step_epochs": 1, "gamma": 0.5}, [1.0] * 8),
+    # DCQ's code: x gamma from each milestone epoch on (0-based); one past the run never applies
+    ({"name": "multistep", "warmup_epochs": 0, "milestones": [1, 2, 9], "gamma": 0.1}, [1, 1, 1, 1, 0.1, 0.1, 0.01, 0.01]),
 ])
 def test_lr_factor(schedule, expected):
     from noisydml.engine.optim import lr_factor

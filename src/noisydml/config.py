@@ -97,8 +97,8 @@ SCHEDULE_SCHEMA = {
     "name": Field(str, "cosine", choices=("cosine", "step", "multistep", "constant", "warmup_hold_cosine",
                                           "warmup_hold_cosine_fitted"),
                   help="cosine: to 0 over the run; step: x gamma every step_epochs; multistep: x gamma at the start "
-                       "of each epoch (0-based) in milestones (DCQ's code; SGPS's faces: 4, 8, 9); warmup_hold_cosine (the SGPS "
-                       "authors' SequentialLR): linear from warmup_start_factor over warmup_steps, flat until "
+                       "of each epoch (0-based) in milestones (DCQ's code; SGPS's faces: 4, 8, 9); warmup_hold_cosine "
+                       "(the SGPS authors' SequentialLR): linear from warmup_start_factor over warmup_steps, flat until "
                        "cosine_from_step, then cosine with period 2 x cosine_steps (torch's CosineAnnealingLR, "
                        "which climbs back up past cosine_from_step + cosine_steps); warmup_hold_cosine_fitted "
                        "(ours): the same shape with its three breakpoints scaled so the cosine reaches 0 at the "
@@ -106,7 +106,9 @@ SCHEDULE_SCHEMA = {
     "warmup_epochs": Field(int, 0, min=0, help="cosine / step / constant: linear warm-up epochs"),
     "step_epochs": Field(int, 10, min=1, help="step schedule: epochs between decays"),
     "gamma": Field(float, 0.1, min=0.0, max=1.0, help="step / multistep schedule: decay factor"),
-    "milestones": Field(list, [], item_type=int, min=1, help="multistep: the epochs (0-based) the lr is x gamma from"),
+    "milestones": Field(list, [], item_type=int, min=1,
+                        help="multistep: the epochs (0-based) the lr is x gamma from (one at or past train.epochs "
+                             "never applies: a shortened run keeps the schedule)"),
     "warmup_steps": Field(int, 0, min=0, help="warmup_hold_cosine: linear warm-up steps (SGPS authors: 1,000)"),
     "warmup_start_factor": Field(float, 0.0025, min=0.0, max=1.0,
                                  help="warmup_hold_cosine: the warm-up's first lr / lr, a factor as torch's "
@@ -437,9 +439,9 @@ def _check_train(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dic
         schedule = train.get("schedule") if "schedule" in valid else None
         if schedule and schedule["name"] == "multistep":
             milestones = schedule["milestones"]
-            if not milestones or milestones != sorted(set(milestones)) or milestones[-1] >= train["epochs"]:
+            if not milestones or milestones != sorted(set(milestones)):  # one at or past train.epochs never applies
                 raise ParamsError(f"train.schedule.milestones: {milestones}; allowed with name multistep: epochs "
-                                  f"increasing, each in 1..{train['epochs'] - 1} (train.epochs {train['epochs']})")
+                                  "(0-based), strictly increasing, at least one")
     with errors.check():
         check_model_selection(train, "train")
     weights = p["weights"]

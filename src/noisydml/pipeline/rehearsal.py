@@ -218,8 +218,30 @@ def food101n() -> Miniature:
     return Miniature({"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)}, _split_counts())
 
 
-#: The dataset kinds a rehearsal builds a miniature of.
-MINIATURE_KINDS = ("cub200", "cars196", "sop", "inshop", "food101n", "cars98n")
+#: The dataset kinds a rehearsal builds a miniature of (faces: synthetic identities written as insightface's files).
+MINIATURE_KINDS = ("cub200", "cars196", "sop", "inshop", "food101n", "cars98n", "faces")
+#: The face miniature: identities, images and pairs enough for every protocol to score (the synthetic kind's
+#: generator at 32 px), and the batch's identities (the profiles' 256 would exceed them).
+FACE_MINIATURE = {"train_identities": 24, "images_per_identity": 6, "min_images": 4, "max_images": 8,
+                  "test_identities": 6, "test_images": 4, "pairs_per_fold": 4, "ijb_identities": 12,
+                  "templates_per_identity": 2, "image_size": 32}
+FACE_BATCH_CLASSES = 8
+_face_folders: dict[str, Path] = {}
+
+
+def face_miniature() -> Path:
+    """A folder in insightface's layout (``train.rec``/``.idx``, the ``.bin`` sets, ``truth.csv``; ``IJB/`` with
+    meta files named as IJB-C's), written once per process into a temporary folder."""
+    if "faces" not in _face_folders:
+        from noisydml.data import faces
+        from noisydml.schema import check_section
+
+        folder = Path(tempfile.mkdtemp(prefix="noisydml-faces-miniature-"))
+        faces.write_source(folder, check_section(dict(FACE_MINIATURE), faces.schema(), "face miniature"))
+        for meta in (folder / "IJB" / "meta").glob("ijb_*.txt"):  # the synthetic set's prefix -> IJB-C's
+            meta.rename(meta.with_name("ijbc_" + meta.name[len("ijb_"):]))
+        _face_folders["faces"] = folder
+    return _face_folders["faces"]
 
 
 def why_not_rehearsable(profile: dict) -> str | None:
@@ -323,6 +345,13 @@ def rehearsal_overrides(params: dict, base_url: str, files: dict[str, bytes]) ->
     counts, the weights' random stand-in, then :data:`RUN_OVERRIDES`. Fills ``files`` with what to serve."""
     out = []
     for name in params["grid"]["datasets"]:
+        if params["datasets"][name]["kind"] == "faces":  # read from a local folder, as the real releases are
+            folder = face_miniature()
+            out += [f"datasets.{name}.local_dir='{folder}'", f"datasets.{name}.ijb_dir='{folder / 'IJB'}'",
+                    f"datasets.{name}.ijb_name=ijbc", f"datasets.{name}.image_size={FACE_MINIATURE['image_size']}",
+                    f"datasets.{name}.test_identities={FACE_MINIATURE['test_identities']}",
+                    f"train.batch.classes={FACE_BATCH_CLASSES}"]
+            continue
         mini = miniature(params["datasets"][name]["kind"], base_url)
         archives = []
         for filename, data in mini.archives.items():

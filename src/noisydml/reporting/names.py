@@ -26,10 +26,20 @@ DASH_NOTE = f"{DASH}: not run (this row has no run at this setting)"
 DIGITS = 2
 
 
+#: Face verification metrics as the papers head their columns.
+VERIFICATION_NAMES = {"lfw_accuracy": "LFW", "cfp_fp_accuracy": "CFP-FP", "agedb_30_accuracy": "AgeDB-30"}
+
+
 def metric_name(metric: str) -> str:
-    """``precision_at_1`` -> ``P@1``, ``recall_at_4`` -> ``R@4``, a diagnostic -> its words."""
+    """``precision_at_1`` -> ``P@1``, ``recall_at_4`` -> ``R@4``, ``ijbc_tar_at_far_1e-05`` -> ``IJB-C TAR@1e-05``,
+    a diagnostic -> its words."""
     if metric in DIAGNOSTICS:
         return DIAGNOSTICS[metric]
+    if metric in VERIFICATION_NAMES:
+        return VERIFICATION_NAMES[metric]
+    if "_tar_at_far_" in metric:
+        ijb, far = metric.split("_tar_at_far_")
+        return f"{ijb.upper().replace('IJB', 'IJB-')} TAR@{float(far):.0e}"
     return METRICS.get(metric, metric.replace("recall_at_", "R@"))
 
 

@@ -18,24 +18,32 @@ from pathlib import Path
 
 import pandas as pd
 
-from noisydml.reporting.main_table import SHORT as METRIC_HEADS, metric_head
+from noisydml.reporting.main_table import metric_head
 from noisydml.reporting.tables import BEST_ON_TEST
 
 #: Our dataset kinds whose labels are the dataset's own noise (a paper's "real" setting, not "clean").
 REAL_NOISE_KINDS = {"cars98n", "food101n", "clothing1m"}
 #: Paper datasets, short names as the papers print them.
 SHORT = {"cars196": "CARS", "sop": "SOP", "cub200": "CUB", "cars98n": "CARS-98N", "food101n": "Food-101N",
-         "clothing1m": "Clothing1M", "inshop": "In-shop"}
-#: Metrics our runs report (the rest: training seconds, GPU hours, face verification, shown as the paper's only).
+         "clothing1m": "Clothing1M", "inshop": "In-shop", "faces": "MS1M"}
+#: Metrics our runs report (the rest: training seconds, GPU hours, shown as the paper's only).
 RETRIEVAL = ("precision_at_1", "mean_average_precision_at_r", "nmi", "recall_at_")
+#: Face verification metrics (already in %): the pair sets' accuracies and the IJB set's TAR@FAR, the latter named
+#: by the set a dataset reads (``ijb_name``: ijbb / ijbc), as the papers' columns are.
+VERIFICATION = ("lfw_accuracy", "cfp_fp_accuracy", "agedb_30_accuracy", "ijbb_tar_at_far_", "ijbc_tar_at_far_")
+#: A table's headline cells, the ones the status counts: P@1 (R@1 where a paper reports it), IJB-C TAR@FAR 1e-5.
+HEADLINE = ("precision_at_1", "recall_at_1", "ijbc_tar_at_far_1e-05")
+#: Face recognition's training sets, by the noise model of their labels (the cleaned twin is clean).
+FACE_TRAIN_SETS = {"real": "MS1MV0", "clean": "MS1MV2"}
 
 
 def settings_name(settings_of: str) -> str:
     """A run's ``report.settings_of`` as the report names it (a paper's tag is its name in lower case)."""
     return "our default" if settings_of == "none" else f"{settings_of.upper()}'s"
 
-#: Within how many points a P@1 (Recall@1) cell counts as reproduced.
+#: Within how many points a headline cell counts as reproduced.
 REPRODUCED_WITHIN = 2.0
+HEADLINE_COLUMN = "headline cells (rows we implement: P@1, R@1, IJB-C TAR@1e-5)"
 
 
 def load_references(folder: str | Path) -> pd.DataFrame:
@@ -46,14 +54,24 @@ def load_references(folder: str | Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def noise_model(stats: dict, dataset_kind: str) -> str:
-    """A noise setting's model in the papers' terms, from its stats.json."""
+def noise_model(stats: dict, dataset: dict) -> str:
+    """A noise setting's model in the papers' terms, from its stats.json and the dataset's entry (a face set's
+    ``variant``: its own labels are noisy, MS1MV0's kind, or cleaned)."""
     kind = stats["kind"]
     if kind == "published_list":
         return stats["settings"]["noise_model"]
     if kind == "none":
-        return "real" if dataset_kind in REAL_NOISE_KINDS else "clean"
+        if dataset["kind"] == "faces":
+            return "real" if dataset["variant"] == "noisy" else "clean"
+        return "real" if dataset["kind"] in REAL_NOISE_KINDS else "clean"
     return kind
+
+
+def _paper_kind(dataset: dict) -> str:
+    """A dataset's kind as the paper cells name datasets; synthetic faces are no paper's data."""
+    if dataset["kind"] == "faces" and dataset.get("source") == "synthetic":
+        return "faces (synthetic)"
+    return dataset["kind"]
 
 
 def our_cells(summary: pd.DataFrame, params: dict, stats: dict) -> pd.DataFrame:
@@ -61,24 +79,36 @@ def our_cells(summary: pd.DataFrame, params: dict, stats: dict) -> pd.DataFrame:
     settings they were trained under (``settings_of``, one tag for the experiment)."""
     if summary.empty:
         return pd.DataFrame(columns=["method", "kind", "our_dataset", "noise_model", "rate", "settings_of"])
-    kinds = {name: cfg["kind"] for name, cfg in params["datasets"].items()}
+    datasets = params["datasets"]
     rows = summary.copy()
     rows["settings_of"] = params["report"]["settings_of"]
-    rows["kind"] = rows["dataset"].map(kinds)
+    rows["kind"] = [_paper_kind(datasets[d]) for d in rows["dataset"]]
     rows["our_dataset"] = rows["dataset"]
-    rows["noise_model"] = [noise_model(stats[d, n], kinds[d]) for d, n in zip(rows["dataset"], rows["noise"])]
+    rows["noise_model"] = [noise_model(stats[d, n], datasets[d]) for d, n in zip(rows["dataset"], rows["noise"])]
     rows["rate"] = rows["noise_rate"].round(4)
+    # the IJB set's TAR@FAR under the set's name (a face dataset reads one: ijb_name)
+    for column in [c for c in rows.columns if c.startswith("tar_at_far_") and not c.endswith(("_std", "accepts"))]:
+        for ijb in ("ijbb", "ijbc"):
+            reads = [datasets[d].get("ijb_name", "ijbc") == ijb for d in rows["dataset"]]
+            rows[f"{ijb}_{column}"] = rows[column].where(reads)
     return rows
 
 
-def _is_retrieval(metric: str) -> bool:
-    return metric.startswith(RETRIEVAL)
+def _is_ours(metric: str) -> bool:
+    """A metric our runs report: retrieval, or face verification."""
+    return metric.startswith(RETRIEVAL + VERIFICATION)
+
+
+def _percent(metric: str) -> float:
+    """The factor that puts our value of ``metric`` in % (verification metrics already are)."""
+    return 1.0 if metric.startswith(VERIFICATION) else 100.0
 
 
 def _column_label(cell) -> str:
     metric = metric_head(cell.metric)
     setting = f"{100 * cell.rate:g}%" if cell.noise not in ("clean", "real", "") else ""
-    return " ".join(x for x in (SHORT.get(cell.dataset, cell.dataset), setting, metric) if x)
+    name = FACE_TRAIN_SETS[cell.noise] if cell.dataset == "faces" else SHORT.get(cell.dataset, cell.dataset)
+    return " ".join(x for x in (name, setting, metric) if x)
 
 
 def _ours(ours: pd.DataFrame, method: str, noise: str, rate: float, metric: str, kind: str | None = None,
@@ -90,7 +120,7 @@ def _ours(ours: pd.DataFrame, method: str, noise: str, rate: float, metric: str,
     hit = hit[hit["kind"] == kind] if kind is not None else hit[hit["our_dataset"] == dataset]
     if settings_of is not None:
         hit = hit[hit["settings_of"] == settings_of]
-    return None if hit.empty else 100 * float(hit[metric].iloc[0])
+    return None if hit.empty or pd.isna(hit[metric].iloc[0]) else _percent(metric) * float(hit[metric].iloc[0])
 
 
 def _other_settings(ours: pd.DataFrame, group: pd.DataFrame, columns: pd.DataFrame) -> dict[str, list[str]]:
@@ -116,7 +146,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
     """One paper table in its layout: the paper's number, ours and the difference in every cell both have,
     then one column per setting our non-paper datasets cover (our numbers alone); and how many cells hold a
     number of ours."""
-    cells = cells[cells["metric"].map(_is_retrieval)]
+    cells = cells[cells["metric"].map(_is_ours)]
     if cells.empty:
         return [], 0
     columns = cells.drop_duplicates(["dataset", "noise", "rate", "metric"])
@@ -129,7 +159,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
                        for m in cells["method"].unique()):
                     extra.append((dataset, col.noise, col.rate, col.metric))
     header = [_column_label(c) for c in columns.itertuples()]
-    header += [f"ours: {d} ({'' if n in ('clean', 'real') else f'{100 * r:g}% '}{METRIC_HEADS.get(m, m)}; "
+    header += [f"ours: {d} ({'' if n in ('clean', 'real') else f'{100 * r:g}% '}{metric_head(m)}; "
                "not a paper dataset)" for d, n, r, m in extra]
     out = ["| row | " + " | ".join(header) + " |", "|" + "---|" * (len(header) + 1)]
     notes, ran = {}, 0
@@ -163,7 +193,7 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
         if group["footnote"].iloc[0] == "yes":  # the reference table's own flag (its note is the footnote)
             notes[row] = note
             mark = " ‡"
-        name = f"{row}{mark} (`{method}`)" if method else f"{row} (not implemented here)"
+        name = f"{row}{mark} (`{method}`)" if method else f"{row}{mark} (not implemented here)"
         out.append(f"| {name} | " + " | ".join(values) + " |")
         for settings, others in _other_settings(ours, group, columns).items():
             out.append(f"| ↳ {row}: ours under {settings_name(settings)} settings, not this paper's "
@@ -174,14 +204,14 @@ def side_by_side(cells: pd.DataFrame, ours: pd.DataFrame, paper_kinds: set[str])
 
 
 def status_table(references: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
-    """Per paper table: of the P@1 (Recall@1) cells whose row we implement, how many ran on the paper's
+    """Per paper table: of the headline cells (:data:`HEADLINE`) whose row we implement, how many ran on the paper's
     dataset and how many of those are within :data:`REPRODUCED_WITHIN` points."""
     rows = []
     for (paper, table), cells in references.groupby(["paper", "table"], sort=False):
-        first = cells[cells["metric"].isin(["precision_at_1", "recall_at_1"]) & (cells["method"] != "")
+        first = cells[cells["metric"].isin(HEADLINE) & (cells["method"] != "")
                       & (cells["comparable"] == "yes")]
         if first.empty:
-            rows.append({"paper": paper, "table": table, "P@1 cells (rows we implement)": 0, "run on the paper's data": 0,
+            rows.append({"paper": paper, "table": table, HEADLINE_COLUMN: 0, "run on the paper's data": 0,
                          f"within {REPRODUCED_WITHIN:g} points": 0,
                          "status": "not comparable (" + cells["note"].iloc[0] + ")" if cells["note"].iloc[0]
                          else "no row we implement"})
@@ -193,10 +223,10 @@ def status_table(references: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
         if not ran:
             status = "not run"
         elif within == len(first):
-            status = f"reproduced within {REPRODUCED_WITHIN:g} P@1 points"
+            status = f"reproduced within {REPRODUCED_WITHIN:g} points"
         else:
             status = "not yet"
-        rows.append({"paper": paper, "table": table, "P@1 cells (rows we implement)": len(first),
+        rows.append({"paper": paper, "table": table, HEADLINE_COLUMN: len(first),
                      "run on the paper's data": len(ran), f"within {REPRODUCED_WITHIN:g} points": within,
                      "status": status})
     return pd.DataFrame(rows)
@@ -215,8 +245,8 @@ def reference_section(references: pd.DataFrame, summary: pd.DataFrame, params: d
           f"these runs: {settings_name(params['report']['settings_of'])} settings, `report.settings_of`); a run of "
           "the row's method under other settings shows in a row of its own (↳), never differenced; our numbers on "
           "datasets no paper uses (the embedded glyphs) sit in their own columns and are never differenced. "
-          f"Status: a table is reproduced when every P@1 cell of a row we implement is within "
-          f"{REPRODUCED_WITHIN:g} points. `[best on test x]` beside our P@1 is **test-selected**: the highest test "
+          "Status: a table is reproduced when every headline cell (P@1, R@1, IJB-C TAR@1e-5) of a row we implement "
+          f"is within {REPRODUCED_WITHIN:g} points. `[best on test x]` beside our P@1 is **test-selected**: the highest test "
           "P@1 over the monitored epochs (every `train.eval_every` epochs and the last) and, where set, over the "
           "checks every `train.test_check_every_steps` steps (a paper profile sets the authors' interval), the "
           "figure a trainer that keeps its best test model reports, as some authors' code does (README \"Protocol\"). It shows how "
