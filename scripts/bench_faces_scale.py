@@ -99,10 +99,12 @@ def main() -> None:
     for name in ("sgm", "step"):
         rows = [r for r in results if r["part"] == name]
         x = np.log([r["classes"] for r in rows])
-        slope, intercept = np.polyfit(x, np.log([r["seconds"] for r in rows]), 1)
-        print(f"  {name}: seconds ~ classes^{slope:.2f}: {np.exp(intercept) * MS1MV0_CLASSES ** slope:,.0f} s at "
-              f"{MS1MV0_CLASSES:,} identities (images per identity as measured: {args.images_per_class}; MS1MV0 has "
-              f"~{MS1MV0_IMAGES // MS1MV0_CLASSES})")
+        for what, unit in (("seconds", "s"), ("peak_mib", "MiB peak")):
+            slope, intercept = np.polyfit(x, np.log([r[what] for r in rows]), 1)
+            print(f"  {name}: {what} ~ classes^{slope:.2f}: {np.exp(intercept) * MS1MV0_CLASSES ** slope:,.2f} {unit} "
+                  f"at {MS1MV0_CLASSES:,} identities x {args.images_per_class} images (MS1MV0 has "
+                  f"~{MS1MV0_IMAGES // MS1MV0_CLASSES} per identity: x{MS1MV0_IMAGES // MS1MV0_CLASSES // args.images_per_class} "
+                  "the rows)")
     print(f"  feature bank: {MS1MV0_IMAGES * DIM * 4 / 2**30:.1f} GiB float32 (N x {DIM}); PCS's class-centre sums: "
           f"{MS1MV0_CLASSES * DIM * 8 / 2**30:.2f} GiB float64; the queue: {QUEUE * DIM * 4 / 2**20:.0f} MiB")
 
