@@ -95,15 +95,16 @@ def settings_tables(profiles: dict[str, dict]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-#: The GPU-hour estimate's assumptions (not measured: no GPU was lent): training images per second at batch 64,
-#: 224 px, fp32/TF32 on one A100-class GPU (anchor: NVIDIA DeepLearningExamples' ResNet-50 v1.5 PyTorch, 938 img/s
-#: TF32 at batch 256; BN-Inception has about half its FLOPs); evaluation 3x faster (forward only).
-GPU_TRAIN_IMAGES_PER_S = {"bn_inception": 1400.0, "resnet50": 800.0,
-                          # at 112 px, scaled from resnet50 at 224 by forward FLOPs (iResNet-50 6.3G, ResNet-50 4.1G)
-                          "iresnet18": 1250.0, "iresnet34": 720.0, "iresnet50": 520.0, "iresnet100": 270.0}
-#: JPEG decode + RandomResizedCrop + flip per loader process, measured here (scripts/bench_data_pipeline.py), and
-#: the processes assumed (``runtime.loader_workers: -1`` on a 16-core machine: 15; 12 to leave room).
-DECODE_IMAGES_PER_S, DECODE_PROCESSES = 231.0, 12
+#: The GPU-hour estimate's rates, measured once (docs/gpu.md "Figures": scripts/gpu_check.py on one H100, torch
+#: 2.11): training images per second, forward + backward at batch 64, 224 px, float32 (cuDNN's TF32 convolutions),
+#: channels-last off, as the profiles train; evaluation assumed 3x faster (forward only).
+GPU_TRAIN_IMAGES_PER_S = {"bn_inception": 1453.0, "resnet50": 1677.0,
+                          # at 112 px, scaled from resnet50's measured rate by forward FLOPs (iResNet-50 6.3G,
+                          # ResNet-50 4.1G at 224 px): not measured
+                          "iresnet18": 2620.0, "iresnet34": 1510.0, "iresnet50": 1090.0, "iresnet100": 566.0}
+#: JPEG decode + RandomResizedCrop + flip on the same 16-core machine, the pipeline's loader at its best worker
+#: count (8 of 0..15 measured; 15 gave 567): the whole machine's rate, the bound for file-stored benchmarks.
+DECODE_IMAGES_PER_S = 772.0
 #: Methods that train a second network beside the model (forward and backward on every batch, the images decoded
 #: once): Co-teaching and its variants, DivideMix, UNICON.
 TWO_NETWORKS = ("coteaching", "coteaching_plus", "coteaching_t", "dividemix", "unicon")
@@ -119,8 +120,9 @@ PAPER_TRAIN_IMAGES = {"food101n": 144086, "cars98n": 9558}
 #: 469,375 (insightface's ``ijbc_name_5pts_score.txt``, as we recall it: check before relying on it).
 FACE_TRAIN_IMAGES = {"noisy": 10_000_000, "cleaned": 5_800_000}
 FACE_TEST_IMAGES = 12_000 + 14_000 + 12_000 + 469_375
-#: 112-px crops from RecordIO decode far faster than full-size JPEGs (assumed; not measured here).
-FACE_DECODE_IMAGES_PER_S = 2000.0
+#: 112-px crops from RecordIO decode far faster than full-size JPEGs: 2,000 images/s per loader process on 12
+#: processes (assumed; not measured).
+FACE_DECODE_IMAGES_PER_S = 2000.0 * 12
 #: Methods that forward the batch a second time through a momentum key encoder (no backward): ~1/3 more compute.
 KEY_ENCODER = ("dcq", "dcq_sgps")
 
@@ -139,7 +141,7 @@ def _images(params: dict, dataset: str) -> tuple[int, int]:
 
 
 def estimate(params: dict) -> dict[str, float]:
-    """The profile's iterations per run (the largest) and its GPU hours under the assumptions above: per run,
+    """The profile's iterations per run (the largest) and its GPU hours at the rates above: per run,
     iterations x batch at the GPU or decode rate (the slower), plus evaluations (every ``eval_every`` epochs and the
     last, and every ``test_check_every_steps`` steps; one training-set pass; SGPS two more, BSPML one per epoch) at 3x, plus a fixed cost per step. SGPS with
     ``positive_source: forward`` trains on K more images per batch item from its first SGM epoch; a method with a
@@ -162,7 +164,7 @@ def estimate(params: dict) -> dict[str, float]:
         most = max(most, iterations)
         networks = 2 if run.method in TWO_NETWORKS else (4 / 3 if run.method in KEY_ENCODER else 1)
         face = params["datasets"][run.dataset]["kind"] == "faces"
-        decode = (FACE_DECODE_IMAGES_PER_S if face else DECODE_IMAGES_PER_S) * DECODE_PROCESSES
+        decode = FACE_DECODE_IMAGES_PER_S if face else DECODE_IMAGES_PER_S
         rate = min(GPU_TRAIN_IMAGES_PER_S[train_cfg["backbone"]] / networks, decode)
         evals = train_cfg["epochs"] // max(1, train_cfg["eval_every"]) + 1
         if train_cfg["test_check_every_steps"]:  # a test pass every N steps (the test-selected figure)
