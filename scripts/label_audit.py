@@ -2,13 +2,17 @@
 
     python scripts/label_audit.py runs/glyphs/sym50/prism/seed0 runs/glyphs/sc50/prism/seed0
     python scripts/label_audit.py runs/glyphs/sym50/*/seed0 --csv audit.csv --per-sample suspects/
+    python scripts/label_audit.py runs/mine/clean/prism/seed0 --clean-csv mine-cleaned.csv --action relabel
 
 Per run: the run's own decisions (``method``, where it made any) and the detectors that need no method (cleanlab's
 Datalab on the run's training embeddings, confident learning on a cross-fitted probe's probabilities, kNN
 disagreement), each judged (AUROC, AUPRC, precision at k = the true number of wrong labels, its flags' precision /
-recall / F1, seconds, Python-side peak MiB), and cleanlab's estimate of the noise rate beside the true one. Reads the
-run folders only (never the test split). ``--per-sample``: every detector's scores per sample (the audit schema)
-as CSV files in that folder.
+recall / F1, seconds, Python-side peak MiB), and cleanlab's estimate of the noise rate beside the true one; on data
+without known wrong labels (a ``folder`` dataset of your own) nothing is judged and the estimate is printed alone.
+Reads the run folders and the corrupt stage's label tables only (never the test split). ``--per-sample``: every
+detector's scores per sample (the audit schema) as CSV files in that folder. ``--clean-csv``: a ``folder``
+dataset's listing with the suspected training labels dropped or relabelled (:mod:`noisydml.audit.clean`), for
+``dvc exp run -S datasets.<name>.csv=<that file>``.
 """
 
 from __future__ import annotations
@@ -22,24 +26,41 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from noisydml.audit.run import audit_run, judged_table, truth_of  # noqa: E402 - the package from this checkout
+from noisydml.audit.clean import cleaned_listing  # noqa: E402 - the package from this checkout
+from noisydml.audit.run import audit_run, judged_table, training_class_names, truth_of  # noqa: E402
 from noisydml.audit.sheet import rank_suspects, write_sheet  # noqa: E402
 from noisydml.data.prepared import PreparedDataset  # noqa: E402
 
 
-def contact_sheet(run: Path, audits: dict, folder: Path, top: int) -> Path:
-    """The run's suspects over every detector, with the prepared dataset's images and class names."""
+def prepared_of(run: Path) -> tuple[Path, str, PreparedDataset]:
+    """The repository root, the dataset's name and its prepared dataset, from a run folder."""
     root = run.resolve().parents[4]
     dataset = run.resolve().parents[2].name
-    prepared = PreparedDataset.load(root / "data" / "prepared" / dataset, root)
+    return root, dataset, PreparedDataset.load(root / "data" / "prepared" / dataset, root)
+
+
+def contact_sheet(run: Path, audits: dict, folder: Path, top: int) -> Path:
+    """The run's suspects over every detector, with the prepared dataset's images and the training labels' names."""
+    _, _, prepared = prepared_of(run)
     rows = np.load(run / "train_embeddings.npz")
     ids = rows["sample_ids"]
-    manifest = prepared.manifest.set_index("sample_id")
-    names = manifest.groupby("label")["class_name"].first()
-    class_names = [str(names.get(c, c)) for c in range(int(manifest["label"].max()) + 1)]
+    class_names = training_class_names(run).tolist()
     images = [prepared.images[int(i)] for i in ids]
     return write_sheet(rank_suspects(audits), images, ids, rows["labels"], class_names, folder, top,
                        title=f"Suspected labels: {'/'.join(run.parts[-4:])}")
+
+
+def clean_listing(run: Path, audits: dict, out_csv: Path, action: str, min_agree: int) -> dict:
+    """The ``folder`` dataset's listing with the run's suspects acted on (params.yaml's ``datasets.<name>``)."""
+    from ruamel.yaml import YAML
+
+    root, dataset, prepared = prepared_of(run)
+    cfg = YAML(typ="safe").load((root / "params.yaml").read_text())["datasets"][dataset]
+    if cfg.get("kind") != "folder":
+        raise SystemExit(f"--clean-csv: dataset {dataset!r} is kind {cfg.get('kind')!r}; a cleaned listing is written "
+                         "for folder datasets (their csv form reads it back)")
+    return cleaned_listing(cfg, root, prepared.manifest, training_class_names(run), rank_suspects(audits), action,
+                           min_agree, out_csv)
 
 
 def main(argv: list[str]) -> None:
@@ -53,20 +74,32 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--sheet", type=Path, help="a folder per run for the contact sheet of its suspects "
                                                    "(<folder>/<dataset>-<noise>-<run>-seed<k>/index.html)")
     parser.add_argument("--top", type=int, default=50, help="suspects on a contact sheet")
+    parser.add_argument("--clean-csv", type=Path, help="write the folder dataset's listing with the suspected training "
+                                                       "labels acted on (one run only)")
+    parser.add_argument("--action", choices=("drop", "relabel"), default="drop",
+                        help="drop the suspected rows, or give them the suggested label (dropped without one)")
+    parser.add_argument("--min-agree", type=int, default=2, help="a row is suspected when at least this many "
+                                                                 "detectors flag it (ours: 2)")
     args = parser.parse_args(argv)
+    if args.clean_csv and len(args.runs) != 1:
+        raise SystemExit(f"--clean-csv acts on one run's audit; {len(args.runs)} runs given")
     tables = []
     for run in args.runs:
         if not (run / "train_embeddings.npz").is_file():
             raise SystemExit(f"{run}: no train_embeddings.npz; give trained run folders (dvc repro first)")
         seed = int(run.name.removeprefix("seed")) if run.name.startswith("seed") else 0
         audits = audit_run(run, args.k, args.folds, seed)
-        table = judged_table(audits, truth_of(run))
-        table.insert(0, "run", str(run))
         rate = audits["confident_learning"].attrs["estimated_noise_rate"]
-        print(f"\n{run}: true noise rate {table['noise_rate'].iloc[0]:.3f}, cleanlab's estimate {rate:.3f}")
-        print(table.drop(columns=["run", "rows", "noise_rate"]).to_string(index=False, float_format="%.3f"))
-        table["estimated_noise_rate"] = rate
-        tables.append(table)
+        truth = truth_of(run)
+        if not truth.any():
+            print(f"\n{run}: no known wrong labels, nothing to judge; cleanlab's estimate of the noise rate {rate:.3f}")
+        else:
+            table = judged_table(audits, truth)
+            table.insert(0, "run", str(run))
+            print(f"\n{run}: true noise rate {table['noise_rate'].iloc[0]:.3f}, cleanlab's estimate {rate:.3f}")
+            print(table.drop(columns=["run", "rows", "noise_rate"]).to_string(index=False, float_format="%.3f"))
+            table["estimated_noise_rate"] = rate
+            tables.append(table)
         if args.sheet:
             page = contact_sheet(run, audits, args.sheet / "-".join(run.resolve().parts[-4:]), args.top)
             print(f"contact sheet: {page}")
@@ -74,7 +107,10 @@ def main(argv: list[str]) -> None:
             args.per_sample.mkdir(parents=True, exist_ok=True)
             for name, frame in audits.items():
                 frame.to_csv(args.per_sample / f"{'-'.join(run.parts[-4:])}-{name}.csv", index=False)
-    if args.csv:
+        if args.clean_csv:
+            done = clean_listing(run, audits, args.clean_csv, args.action, args.min_agree)
+            print(f"cleaned listing: {args.clean_csv} ({done})")
+    if args.csv and tables:
         pd.concat(tables).to_csv(args.csv, index=False)
         print(f"\nwrote {args.csv}")
 

@@ -14,6 +14,19 @@ from noisydml.config import read_params_file
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: The README's example dataset of your own images ("Changing the grid") added to the grid, as the README tells the
+#: reader to, before a documented override that names it (``mine``) is applied (tests/test_overrides.py,
+#: tests/test_documented_commands.py).
+README_OWN_DATASET = ["+datasets.mine={kind: folder, root: /path/to/images, image_size: 64, channels: 3}",
+                      "grid.datasets=[glyphs,mine]"]
+
+
+def with_readme_dataset(overrides: list[str]) -> list[str]:
+    """``overrides``, after :data:`README_OWN_DATASET` where one names the README's dataset ``mine``."""
+    import re
+
+    return (README_OWN_DATASET if any(re.search(r"\bmine\b", o) for o in overrides) else []) + list(overrides)
+
 
 def pytest_collection_modifyitems(config, items):
     """The end-to-end files first: each is minutes on one worker (pytest-xdist hands out whole files in collection

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -134,3 +136,175 @@ def test_the_contact_sheet_shows_the_top_suspects_with_every_image_present_and_l
     assert (page.parent / "suspects.csv").is_file()
     # the top suspect is on the page first, its image the first thumbnail of its row
     assert sources[0] == f"thumbs/{suspects['sample_id'].iloc[0]}.png"
+
+
+def _noise_tables(root, dataset="mine", noise="clean", labels=None, per_class=None):
+    folder = root / "data" / "noisy" / dataset / noise
+    folder.mkdir(parents=True, exist_ok=True)
+    labels.to_csv(folder / "labels.csv", index=False)
+    per_class.to_csv(folder / "per_class.csv", index=False)
+    return root / "runs" / dataset / noise / "prism" / "seed0"
+
+
+def test_training_class_names_follow_the_ids_the_run_trained_on(tmp_path):
+    """Small-cluster noise removes classes and renumbers the rest: label 1 of the run is class 2 of the dataset."""
+    from noisydml.audit.run import training_class_names
+
+    per_class = pd.DataFrame({"true_label": [0, 1, 2], "class_name": ["zero", "one", "two"], "label": [0, -1, 1]})
+    labels = pd.DataFrame({"sample_id": range(4), "label": [0, 0, 1, 1], "true_label": [0, 1, 2, 2],
+                           "is_noisy": [0, 1, 0, 0]})
+    run = _noise_tables(tmp_path, labels=labels, per_class=per_class)
+    assert training_class_names(run).tolist() == ["zero", "two"]
+
+
+def test_the_audit_reads_no_file_of_the_test_split(tmp_path):
+    """A tripwire: while the audit runs, opening any file of the fake repository but the run's training
+    embeddings, its decisions and the corrupt stage's label tables fails the test (the run's test embeddings and
+    the prepared dataset, which holds the test images, sit beside them)."""
+    import os
+    import sys
+
+    from noisydml.audit.run import audit_run, judged_table, training_class_names, truth_of
+
+    emb, given, true, ids = clusters(classes=4, per_class=15)
+    run = _noise_tables(tmp_path, labels=pd.DataFrame({"sample_id": ids, "label": given, "true_label": true,
+                                                       "is_noisy": (given != true).astype(int)}),
+                        per_class=pd.DataFrame({"true_label": range(4), "class_name": list("abcd"),
+                                                "label": range(4)}))
+    run.mkdir(parents=True)
+    np.savez(run / "train_embeddings.npz", sample_ids=ids, labels=given, embeddings=emb)
+    np.savez(run / "decisions.npz", sample_id=ids, keep=np.ones(len(ids)), visits=np.ones(len(ids)))
+    np.savez(run / "test_embeddings.npz", sample_ids=ids, labels=given, embeddings=emb)
+    prepared = tmp_path / "data" / "prepared" / "mine"
+    prepared.mkdir(parents=True)
+    np.save(prepared / "images.npy", np.zeros((len(ids), 2, 2, 1), np.uint8))
+    allowed = {run / "train_embeddings.npz", run / "decisions.npz", run.parents[4] / "data/noisy/mine/clean/labels.csv",
+               run.parents[4] / "data/noisy/mine/clean/per_class.csv"}
+    opened = []
+
+    def hook(event, args):
+        if armed and event == "open" and isinstance(args[0], (str, bytes, Path)):
+            path = Path(os.fsdecode(args[0])).resolve()
+            if path.is_relative_to(tmp_path.resolve()) and path not in {p.resolve() for p in allowed}:
+                opened.append(path)
+                raise AssertionError(f"the audit opened {path}")
+
+    armed = False
+    sys.addaudithook(hook)  # process-wide and permanent: disarmed below
+    armed = True
+    try:
+        audits = audit_run(run, k=5, folds=3)
+        judged_table(audits, truth_of(run))
+        training_class_names(run)
+    finally:
+        armed = False
+    assert not opened and set(audits) == {"method", "datalab", "confident_learning", "knn_disagreement"}
+
+
+def test_a_cleaned_listing_is_read_back_by_a_folder_dataset(tmp_path):
+    """drop removes the suspected training rows, relabel gives them the suggestion (drops them without one); the
+    test rows, every split and the unsuspected rows stay; the folder kind's csv form reads the file back."""
+    import yaml
+    from PIL import Image
+
+    from noisydml.audit.clean import cleaned_listing
+    from noisydml.data.folder import load_folder_dataset
+    from noisydml.data.prepared import PreparedDataset
+    from noisydml.data.registry import prepare_dataset
+    from noisydml.pipeline.check import validate_all
+
+    for c in range(6):
+        for i in range(4):
+            path = tmp_path / "imgs" / f"class{c}" / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full((6, 6, 3), 10 * c + i, np.uint8)).save(path)
+    raw = yaml.safe_load(open("params.yaml"))
+    raw["datasets"]["mine"] = {"kind": "folder", "root": "imgs", "image_size": 8, "channels": 3}
+    raw["grid"]["datasets"], raw["chains"], raw["figures"]["bspml_maps"] = ["mine"], {}, {}
+    raw["timing"]["dataset"] = "mine"
+    raw["train"]["batch"] = {"classes": 3, "per_class": 2}
+    cfg = validate_all(raw)["datasets"]["mine"]
+    prepare_dataset("mine", cfg, tmp_path / "prepared", base_dir=tmp_path)
+    manifest = PreparedDataset.load(tmp_path / "prepared").manifest
+    train = manifest[manifest["split"] == "train"]
+    assert len(train) == 12  # class0..2 train, class3..5 test
+    names = pd.Series(["class0", "class1", "class2"])
+    # rows 1 and 5 suspected by both detectors (5 with a suggestion: class2), row 9 by one
+    suspects = pd.DataFrame({"sample_id": train["sample_id"], "given_label": train["label"], "detectors": 2,
+                             "agree": [2 if s in (1, 5) else (1 if s == 9 else 0) for s in train["sample_id"]],
+                             "suggested_label": [2 if s == 5 else -1 for s in train["sample_id"]]})
+    out = tmp_path / "lists" / "cleaned.csv"
+    dropped = cleaned_listing(cfg, tmp_path, manifest, names, suspects, "drop", 2, out)
+    assert dropped["dropped"] == 2 and dropped["written"] == 22
+    images, labels, classes, _, split = load_folder_dataset({"root": "", "csv": "lists/cleaned.csv",
+                                                             "image_size": 8, "channels": 3}, tmp_path)
+    assert len(images) == 22 and (split == "test").sum() == 12 and classes == [f"class{c}" for c in range(6)]
+    assert sorted(images[:, 0, 0, 0][labels == 0].tolist()) == [0, 2, 3]  # class0's image 1 dropped
+    relabelled = cleaned_listing(cfg, tmp_path, manifest, names, suspects, "relabel", 2, out)
+    assert relabelled["dropped"] == 1 and relabelled["relabelled"] == 1
+    images, labels, classes, _, split = load_folder_dataset({"root": "", "csv": "lists/cleaned.csv",
+                                                             "image_size": 8, "channels": 3}, tmp_path)
+    assert sorted(images[:, 0, 0, 0][labels == 2].tolist()) == [11, 20, 21, 22, 23]  # class1's image 1 -> class2
+    with pytest.raises(ValueError, match="min_agree 3: allowed 1..2"):
+        cleaned_listing(cfg, tmp_path, manifest, names, suspects, "drop", 3, out)
+
+
+def test_the_precision_recall_curve_is_interpolated_by_hand():
+    """Scores rank the rows noisy, clean, noisy, clean: recall 1/2 at precision 1, recall 1 at precision 2/3;
+    interpolated precision = the best at any recall at least r."""
+    from noisydml.pipeline.audit import RECALL_GRID, pr_curve
+
+    curve = pr_curve(np.array([0.9, 0.8, 0.7, 0.1]), np.array([True, False, True, False]))
+    assert curve[RECALL_GRID <= 0.5] == pytest.approx(1.0)
+    assert curve[RECALL_GRID > 0.5] == pytest.approx(2 / 3)
+
+
+def test_the_sheet_refuses_a_row_that_is_not_a_training_row():
+    from noisydml.pipeline.audit import _training_images
+
+    class Prepared:
+        manifest = pd.DataFrame({"split": ["train", "train", "test"]})
+        images = np.zeros((3, 2, 2, 1), np.uint8)
+
+    assert len(_training_images(Prepared(), np.array([0, 1]))) == 2
+    with pytest.raises(ValueError, match="sample 2 is not a training row"):
+        _training_images(Prepared(), np.array([1, 2]))
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
+
+
+def test_the_contact_sheet_renders_in_a_headless_browser(tmp_path):
+    """Debian's Chromium opens the sheet from the file system and takes a screenshot: the thumbnails load (the
+    screenshot holds their pixels, not only text on white). .ci/run installs Chromium and sets
+    NOISYDML_REQUIRE_BROWSER=1, so there it fails instead of skipping."""
+    import os
+    import subprocess
+
+    from PIL import Image
+
+    from noisydml.audit.sheet import rank_suspects, write_sheet
+
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("NOISYDML_REQUIRE_BROWSER") == "1":
+            pytest.fail("no chromium on PATH, and NOISYDML_REQUIRE_BROWSER=1 (apt-get install chromium)")
+        pytest.skip("no chromium on PATH (.ci/run installs it)")
+    emb, given, true, ids = clusters(classes=4, per_class=15)
+    audits = {"knn": detectors.knn_disagreement(emb, given, ids)}
+    # saturated red thumbnails: a colour no text or border of the page has
+    images = np.zeros((len(ids), 8, 8, 3), np.uint8)
+    images[..., 0] = 255
+    page = write_sheet(rank_suspects(audits), images, ids, given, ["a", "b", "c", "d"], tmp_path / "sheet", top_n=5)
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=900,700", f"--screenshot={shot}", page.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    assert pixels.shape[:2] == (700, 900)
+    red = (pixels[..., 0] > 200) & (pixels[..., 1] < 60) & (pixels[..., 2] < 60)
+    # 5 rows x (1 + up to 3 + 3) thumbnails of 64 x 64 px each, at least the first rows' in the window
+    assert red.sum() > 10 * 64 * 64

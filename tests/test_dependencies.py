@@ -123,14 +123,14 @@ def test_a_stage_loads_every_params_section_it_declares(name):
 @pytest.mark.parametrize("name", sorted(DVC))
 def test_the_runtime_keys_that_change_results_are_declared_where_they_do(name):
     """Every stage that trains declares the runtime keys that change what it computes (numerics and threads where
-    it computes floats: also corrupt, pretrain, evaluate, BSPML's maps); none declares the others."""
+    it computes floats: also corrupt, pretrain, evaluate, BSPML's maps, the label audit); none declares the others."""
     from noisydml.runtime import TRACKED_RUNTIME
 
     declared = {p.split(".", 1)[1] for p in DVC[name].get("do", DVC[name]).get("params", [])
                 if isinstance(p, str) and p.startswith("runtime.")}
     if name in TRAINING_STAGES:
         assert declared == set(TRACKED_RUNTIME)
-    elif name in ("pretrain", "corrupt", "corrupt_from_run", "evaluate", "bspml_maps"):
+    elif name in ("pretrain", "corrupt", "corrupt_from_run", "evaluate", "bspml_maps", "audit"):
         assert declared == {"numerics", "threads"}
     else:
         assert declared == set()

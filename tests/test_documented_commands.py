@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import README_OWN_DATASET, REPO, with_readme_dataset
 
 SHELL_LANGUAGES = ("bash", "sh", "shell", "console")
 #: Shell words of the Slurm script in docs/launch.md and the install lines: the shell's, not a program to check.
@@ -108,7 +108,7 @@ def _validate_overrides(overrides: list[str]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "params.yaml"
         shutil.copy(REPO / "params.yaml", path)
-        apply_overrides(path, overrides)
+        apply_overrides(path, with_readme_dataset(overrides))
         validate_all(read_params_file(path))
 
 
@@ -244,3 +244,9 @@ def test_the_console_script_is_installed_as_declared():
     assert scripts == {"noisydml": "noisydml.pipeline.console:main"}
     installed = Path(sys.executable).parent / "noisydml"
     assert installed.is_file(), "pip install -e . puts the noisydml command beside python"
+
+
+def test_the_own_dataset_the_overrides_assume_is_the_readmes():
+    """conftest's :data:`README_OWN_DATASET` is the README's example, not one of the tests' own."""
+    assert "mine={kind: folder, root: /path/to/images, image_size: 64, channels: 3}" in README_OWN_DATASET[0]
+    assert "  mine: {kind: folder, root: /path/to/images, image_size: 64, channels: 3}" in (REPO / "README.md").read_text()

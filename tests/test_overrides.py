@@ -20,7 +20,7 @@ from noisydml.config import load_params, read_params_file
 from noisydml.pipeline.check import check_all, validate_all
 from noisydml.schema import ParamsError
 
-from conftest import REPO
+from conftest import REPO, with_readme_dataset
 
 
 def exp_commands(text: str, comment: str | None = None) -> list[str]:
@@ -75,7 +75,7 @@ def applied(tmp_path, overrides: list[str]) -> dict:
     """params.yaml after DVC applies ``overrides``, read and validated as every stage reads it."""
     path = tmp_path / "params.yaml"
     shutil.copy(REPO / "params.yaml", path)
-    apply_overrides(path, overrides)
+    apply_overrides(path, with_readme_dataset(overrides))
     return validate_all(read_params_file(path))
 
 

@@ -66,16 +66,34 @@ def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0) -
     return out
 
 
+def noise_folder(run_dir: str | Path) -> Path:
+    """``data/noisy/<dataset>/<noise>`` of a run folder ``runs/<dataset>/<noise>/<run>/seed<k>`` (beside ``runs/``):
+    the corrupt stage's label table and per-class table."""
+    run_dir = Path(run_dir).resolve()
+    return run_dir.parents[4] / "data" / "noisy" / run_dir.parents[2].name / run_dir.parents[1].name
+
+
 def truth_of(run_dir: str | Path) -> pd.Series:
     """Per training sample id, whether its label is wrong: the corrupt stage's ``is_noisy`` of the run's dataset
-    and noise (``data/noisy/<dataset>/<noise>/labels.csv`` beside ``runs/``)."""
-    run_dir = Path(run_dir).resolve()
-    root, dataset, noise = run_dir.parents[4], run_dir.parents[2].name, run_dir.parents[1].name
-    path = root / "data" / "noisy" / dataset / noise / "labels.csv"
+    and noise (``data/noisy/<dataset>/<noise>/labels.csv`` beside ``runs/``). On data without known noise (a
+    ``folder`` dataset of your own) it is all False: nothing to judge against."""
+    path = noise_folder(run_dir) / "labels.csv"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing; the corrupt stage writes it (dvc repro corrupt@{dataset}-{noise})")
+        raise FileNotFoundError(f"{path}: missing; the corrupt stage writes it (dvc repro corrupt@...)")
     labels = pd.read_csv(path)
     return pd.Series(labels["is_noisy"].to_numpy(bool), index=labels["sample_id"].to_numpy())
+
+
+def training_class_names(run_dir: str | Path) -> pd.Series:
+    """Training label id (the ids the run trained on) -> class name, from the corrupt stage's per-class table.
+    Not the manifest's ids: small-cluster noise removes classes and renumbers the rest. A label with no class of
+    the dataset behind it (an open-set distractor's) is named ``label <id>``."""
+    folder = noise_folder(run_dir)
+    per_class = pd.read_csv(folder / "per_class.csv", dtype={"class_name": str})
+    names = per_class[per_class["label"] >= 0].set_index("label")["class_name"]
+    used = np.unique(pd.read_csv(folder / "labels.csv")["label"].to_numpy())
+    return pd.Series([names.get(k, f"label {k}") for k in used], index=used).reindex(
+        np.arange(int(used.max()) + 1), fill_value="")
 
 
 def judged_table(audits: dict[str, pd.DataFrame], is_noisy: pd.Series) -> pd.DataFrame:

@@ -1,0 +1,138 @@
+"""The audit stage: every trained grid run of one dataset and noise setting audited, judged where the truth is
+known, and one contact sheet of the suspects over all of them (``audit/<dataset>/<noise>/``).
+
+What it writes (one folder, replaced whole when the stage finishes):
+
+- ``scores/<run>-seed<k>.csv``: every detector's per-sample scores of that run in the audit schema
+  (:data:`noisydml.audit.AUDIT_COLUMNS`), one ``detector`` column beside them;
+- ``judged.csv``: per run, seed and detector, :func:`noisydml.audit.judge.judge`'s figures, runtime, peak memory,
+  and cleanlab's estimate of the noise rate (rows only where some label is known to be wrong);
+- ``differences.csv``: per run and seed, the method's own score against each cleanlab detector, AUROC and AUPRC
+  differences with a paired bootstrap over the training rows (:func:`~noisydml.audit.judge.paired_bootstrap`);
+- ``pr_curves.csv``: per run, seed and detector, precision at recall 0, 0.01, ..., 1 (the interpolated curve);
+- ``sheet/``: the contact sheet (``index.html``, ``suspects.csv`` ranked over every run's detectors, ``thumbs/``).
+
+Reads the runs' training embeddings and decisions, the corrupt stage's label tables and the training rows' images;
+never a test embedding or a test image.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from noisydml import io
+from noisydml.audit.judge import paired_bootstrap
+from noisydml.audit.run import audit_run, judged_table, training_class_names, truth_of
+from noisydml.audit.sheet import rank_suspects, write_sheet
+from noisydml.data.prepared import PreparedDataset
+from noisydml.pipeline.layout import TRAIN_EMBEDDINGS, Layout
+from noisydml.schema import ParamsError
+from noisydml.studies.label_audit import SECTION, check_section
+
+#: The recall grid of ``pr_curves.csv``.
+RECALL_GRID = np.linspace(0, 1, 101)
+#: The cleanlab detectors the method's own score is compared with in ``differences.csv``.
+COMPARED_WITH = ("confident_learning", "datalab")
+
+
+def audited_runs(params: dict, dataset: str, noise: str, section: dict, layout: Layout) -> list[tuple[str, int]]:
+    """``(method, seed)`` of the grid's runs of ``dataset`` and ``noise`` that the section audits (its methods;
+    every grid method when it lists none), in the grid's order."""
+    methods = [m for m in params["grid"]["methods"] if m in (section["methods"] or params["grid"]["methods"])]
+    runs = [(method, seed) for method in methods for seed in params["grid"]["seeds"]]
+    for method, seed in runs:
+        path = layout.run(dataset, noise, method, seed) / TRAIN_EMBEDDINGS
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; the run's train stage writes it")
+    return runs
+
+
+def pr_curve(score: np.ndarray, noisy: np.ndarray) -> np.ndarray:
+    """Interpolated precision (the best precision at any recall at least r) at each r of :data:`RECALL_GRID`."""
+    from sklearn.metrics import precision_recall_curve
+
+    precision, recall, _ = precision_recall_curve(noisy, score)
+    return np.array([precision[recall >= r].max() for r in RECALL_GRID])
+
+
+def _training_images(prepared: PreparedDataset, ids: np.ndarray) -> list:
+    """The images of training rows ``ids``; a row of another split is refused (the audit never looks at one)."""
+    split = prepared.manifest["split"].to_numpy()[ids]
+    if (split != "train").any():
+        raise ValueError(f"sample {int(ids[split != 'train'][0])} is not a training row; the audit shows training "
+                         "rows only")
+    return [prepared.images[int(i)] for i in ids]
+
+
+def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout: Layout = Layout()) -> Path:
+    """Audit ``dataset`` at ``noise`` (see the module docstring); ``section``: ``figures.label_audit``, validated."""
+    runs = audited_runs(params, dataset, noise, section, layout)
+    out = layout.root / "audit" / dataset / noise
+    judged, differences, curves, every = [], [], [], {}
+    with io.atomic_dir(out) as tmp:
+        (tmp / "scores").mkdir()
+        for i, (method, seed) in enumerate(runs, start=1):
+            folder = layout.run(dataset, noise, method, seed)
+            audits = audit_run(folder, section["k"], section["folds"], seed)
+            tag = f"{method}-seed{seed}"
+            pd.concat([frame.assign(detector=name) for name, frame in audits.items()]).to_csv(
+                tmp / "scores" / f"{tag}.csv", index=False)
+            every.update({f"{tag}/{name}": frame for name, frame in audits.items()})
+            truth = truth_of(folder)
+            rate = audits["confident_learning"].attrs["estimated_noise_rate"]
+            print(f"[{i}/{len(runs)}] {folder}: cleanlab's noise-rate estimate {rate:.3f}, true {truth.mean():.3f}",
+                  flush=True)
+            if not truth.any():  # nothing known to be wrong: nothing to judge
+                continue
+            keys = {"method": method, "seed": seed}
+            table = judged_table(audits, truth)
+            judged.append(table.assign(**keys, estimated_noise_rate=rate))
+            noisy = {name: truth.loc[frame["sample_id"].to_numpy()].to_numpy() for name, frame in audits.items()}
+            for name, frame in audits.items():
+                curves.append(pd.DataFrame({**keys, "detector": name, "recall": RECALL_GRID,
+                                            "precision": pr_curve(frame["score"].to_numpy(), noisy[name])}))
+            if "method" in audits:
+                own = audits["method"]["score"].to_numpy()
+                for other in COMPARED_WITH:
+                    theirs = audits[other].set_index("sample_id").loc[audits["method"]["sample_id"], "score"]
+                    for metric in ("auroc", "auprc"):
+                        differences.append({**keys, "a": "method", "b": other, "metric": metric,
+                                            **paired_bootstrap(own, theirs.to_numpy(), noisy["method"], metric,
+                                                               section["bootstrap_samples"], seed)})
+        if judged:  # absent where no label is known to be wrong (the clean setting, a dataset of your own)
+            pd.concat(judged).to_csv(tmp / "judged.csv", index=False)
+            pd.DataFrame(differences).to_csv(tmp / "differences.csv", index=False)
+            pd.concat(curves).to_csv(tmp / "pr_curves.csv", index=False, float_format="%.6f")
+        if runs:
+            _contact_sheet(layout, dataset, noise, layout.run(dataset, noise, *runs[0]), every, tmp / "sheet",
+                           section["top"])
+    return out
+
+
+def _contact_sheet(layout: Layout, dataset: str, noise: str, first: Path, audits: dict, folder: Path,
+                   top: int) -> None:
+    """One sheet over every audited run's detectors (their consensus), named by the training labels' classes
+    (``first``: the first audited run's folder, whose rows the sheet shows)."""
+    rows = np.load(first / TRAIN_EMBEDDINGS)
+    ids = rows["sample_ids"]
+    shared = [name for name, frame in audits.items() if len(frame) == len(ids)
+              and np.array_equal(np.sort(frame["sample_id"].to_numpy()), np.sort(ids))]
+    prepared = PreparedDataset.load(layout.prepared(dataset), layout.root)
+    write_sheet(rank_suspects({name: audits[name] for name in shared}), _training_images(prepared, ids), ids,
+                rows["labels"], training_class_names(first).tolist(), folder, top,
+                title=f"Suspected labels: {dataset}, {noise} ({len(shared)} detector runs)")
+
+
+def audit(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -> Path:
+    """The ``audit@<dataset>-<noise>`` stage: ``figures.label_audit`` validated by its study, then
+    :func:`audit_setting`."""
+    if SECTION not in params["figures"]:
+        raise ParamsError(f"figures: missing section {SECTION!r} (no hidden defaults: it is written out in params.yaml)")
+    section = check_section(params["figures"][SECTION], params)
+    if dataset not in section["datasets"]:
+        raise ParamsError(f"figures.label_audit.datasets: {section['datasets']} does not hold {dataset!r}; the audit "
+                          "stage runs for those datasets only")
+    return audit_setting(params, dataset, noise, section, layout)
