@@ -27,7 +27,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from noisydml.audit.clean import cleaned_listing  # noqa: E402 - the package from this checkout
-from noisydml.audit.run import audit_run, judged_table, training_class_names, truth_of  # noqa: E402
+from noisydml.audit.run import (DEFAULT_DETECTORS, DETECTORS, audit_run, estimated_rate,  # noqa: E402
+                                judged_table, training_class_names, truth_of)
 from noisydml.audit.sheet import rank_suspects, write_sheet  # noqa: E402
 from noisydml.data.prepared import PreparedDataset  # noqa: E402
 
@@ -68,6 +69,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (runs/<dataset>/<noise>/<run>/seed<k>)")
     parser.add_argument("--k", type=int, default=10, help="neighbours of Datalab and kNN disagreement (ours: 10, "
                                                            "cleanlab's default)")
+    parser.add_argument("--detectors", default=",".join(DEFAULT_DETECTORS),
+                        help=f"comma-separated, of {', '.join(DETECTORS)} (knn_confident_learning: batched confident "
+                             "learning for a benchmark's scale)")
     parser.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted probe (ours: 5)")
     parser.add_argument("--csv", type=Path, help="write every run's judged rows to this CSV")
     parser.add_argument("--per-sample", type=Path, help="a folder for every detector's per-sample scores")
@@ -88,8 +92,8 @@ def main(argv: list[str]) -> None:
         if not (run / "train_embeddings.npz").is_file():
             raise SystemExit(f"{run}: no train_embeddings.npz; give trained run folders (dvc repro first)")
         seed = int(run.name.removeprefix("seed")) if run.name.startswith("seed") else 0
-        audits = audit_run(run, args.k, args.folds, seed)
-        rate = audits["confident_learning"].attrs["estimated_noise_rate"]
+        audits = audit_run(run, args.k, args.folds, seed, tuple(args.detectors.split(",")))
+        rate = estimated_rate(audits)
         truth = truth_of(run)
         if not truth.any():
             print(f"\n{run}: no known wrong labels, nothing to judge; cleanlab's estimate of the noise rate {rate:.3f}")

@@ -39,7 +39,7 @@ def test_judge_against_a_hand_computed_case():
     assert out["noise_rate"] == pytest.approx(2 / 6)
 
 
-@pytest.mark.parametrize("name", ["knn_disagreement", "datalab", "confident_learning"])
+@pytest.mark.parametrize("name", ["knn_disagreement", "datalab", "confident_learning", "knn_confident_learning"])
 def test_each_detector_gives_the_schema_and_finds_flips(name):
     emb, given, true, ids = clusters()
     if name == "confident_learning":
@@ -308,3 +308,18 @@ def test_the_contact_sheet_renders_in_a_headless_browser(tmp_path):
     red = (pixels[..., 0] > 200) & (pixels[..., 1] < 60) & (pixels[..., 2] < 60)
     # 5 rows x (1 + up to 3 + 3) thumbnails of 64 x 64 px each, at least the first rows' in the window
     assert red.sum() > 10 * 64 * 64
+
+
+def test_knn_confident_learning_in_batches_is_the_one_batch_result_and_never_dense(monkeypatch):
+    """Batches of a few rows give the scores and flags of one batch; no call ever builds more rows of dense
+    probabilities than one batch holds; its noise-rate estimate is near the truth."""
+    emb, given, true, ids = clusters(seed=3, noise=0.25)
+    whole = detectors.knn_confident_learning(emb, given, ids, k=10)
+    built = []
+    dense = detectors.knn_probabilities
+    monkeypatch.setattr(detectors, "knn_probabilities", lambda labels, c: built.append(len(labels)) or dense(labels, c))
+    classes = int(given.max()) + 1
+    batched = detectors.knn_confident_learning(emb, given, ids, k=10, batch_bytes=4 * classes * 7)
+    assert max(built) == 7 and sum(built) == 2 * len(given)  # two passes over batches of 7 rows
+    assert np.allclose(batched["score"], whole["score"]) and (batched["flagged"] == whole["flagged"]).all()
+    assert whole.attrs["estimated_noise_rate"] == pytest.approx((given != true).mean(), abs=0.08)

@@ -94,6 +94,57 @@ def datalab(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, k:
                   np.where(flagged & (predicted != given), predicted, -1))
 
 
+#: Ours: the probability every class not among a row's neighbours keeps in :func:`knn_confident_learning` (cleanlab
+#: needs every class above zero), and the memory one batch of its dense probabilities may take.
+KNN_PROBABILITY_FLOOR = 1e-4
+KNN_BATCH_BYTES = 64 * 2**20
+
+
+def knn_probabilities(neighbour_labels: np.ndarray, classes: int) -> np.ndarray:
+    """Dense ``(rows, classes)`` float32 probabilities of a kNN vote: each row's neighbours' label shares, every
+    other class :data:`KNN_PROBABILITY_FLOOR`, renormalised. ``neighbour_labels``: ``(rows, k)``."""
+    rows, k = neighbour_labels.shape
+    probs = np.full((rows, classes), KNN_PROBABILITY_FLOOR, np.float32)
+    np.add.at(probs, (np.repeat(np.arange(rows), k), neighbour_labels.ravel()), 1.0 / k)
+    return probs / probs.sum(1, keepdims=True)
+
+
+def knn_confident_learning(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, k: int = 10,
+                           batch_bytes: int = KNN_BATCH_BYTES) -> pd.DataFrame:
+    """Confident learning at a benchmark's scale: the out-of-sample probabilities of a kNN vote (``k`` nearest
+    neighbours by cosine, the row itself excluded: :func:`knn_probabilities`), fed to cleanlab's low-memory
+    ``LabelInspector`` in batches of at most ``batch_bytes`` (two passes: per-class confident thresholds, then
+    normalised-margin label quality and the issues). Never an N x classes matrix: memory is the embeddings, the
+    N x k neighbours and one batch. Score = 1 - quality; flagged = its issues; suggested = the vote's top class of a
+    flagged row. The frame's ``attrs['estimated_noise_rate']``: cleanlab's count of issues / N."""
+    from cleanlab.experimental.label_issues_batched import LabelInspector
+
+    from noisydml.neighbours import knn
+
+    given = np.asarray(given, np.int64)
+    classes = int(given.max()) + 1
+    _, idx = knn(_unit(embeddings), k)
+    neighbour_labels = given[idx]
+    step = max(1, batch_bytes // (4 * classes))
+    batches = [slice(i, i + step) for i in range(0, len(given), step)]
+    inspector = LabelInspector(num_class=classes, verbose=False,
+                               quality_score_kwargs={"method": "normalized_margin"})
+    for rows in batches:
+        inspector.update_confident_thresholds(given[rows], knn_probabilities(neighbour_labels[rows], classes))
+    quality, top = [], []
+    for rows in batches:
+        probs = knn_probabilities(neighbour_labels[rows], classes)
+        quality.append(inspector.score_label_quality(given[rows], probs))
+        top.append(probs.argmax(1))
+    flagged = np.zeros(len(given), bool)
+    flagged[inspector.get_label_issues()] = True
+    predicted = np.concatenate(top)
+    frame = _frame(sample_id, given, 1 - np.concatenate(quality), flagged,
+                   np.where(flagged & (predicted != given), predicted, -1))
+    frame.attrs["estimated_noise_rate"] = inspector.get_num_issues(silent=True) / len(given)
+    return frame
+
+
 def cross_fitted_probabilities(embeddings: np.ndarray, given: np.ndarray, folds: int = 5, seed: int = 0,
                                max_iter: int = 200) -> np.ndarray:
     """Out-of-sample class probabilities ``(N, C)`` float32, C = the labels present: for each of ``folds``

@@ -17,14 +17,23 @@ import pandas as pd
 from noisydml.audit import detectors
 from noisydml.audit.judge import judge
 
-#: The detectors that need no method, in the order the tables list them.
-DETECTORS = ("datalab", "confident_learning", "knn_disagreement")
+#: The detectors that need no method, in the order the tables list them: the default set, and every one
+#: (``knn_confident_learning``: confident learning at a benchmark's scale, batched, :mod:`.detectors`).
+DETECTORS = ("datalab", "confident_learning", "knn_confident_learning", "knn_disagreement")
+DEFAULT_DETECTORS = ("datalab", "confident_learning", "knn_disagreement")
+#: Where the noise-rate estimate comes from, in order of preference.
+ESTIMATORS = ("confident_learning", "knn_confident_learning")
 
 
-def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0) -> dict[str, pd.DataFrame]:
+def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0,
+              detectors_used: tuple[str, ...] = DEFAULT_DETECTORS) -> dict[str, pd.DataFrame]:
     """Detector name -> its scores (audit schema, labels as the run's training-label ids): ``method`` (the run's own
-    decisions, where it made any) and :data:`DETECTORS`. Each frame carries ``attrs['seconds']`` and
-    ``attrs['peak_mib']`` (Python-side allocations, tracemalloc's) of its detector."""
+    decisions, where it made any) and ``detectors_used`` (of :data:`DETECTORS`). Each frame carries
+    ``attrs['seconds']`` and ``attrs['peak_mib']`` (Python-side allocations, tracemalloc's) of its detector; the
+    confident-learning ones ``attrs['estimated_noise_rate']`` (:func:`estimated_rate`)."""
+    unknown = [name for name in detectors_used if name not in DETECTORS]
+    if unknown or not detectors_used:
+        raise ValueError(f"detectors {list(detectors_used)}: allowed a non-empty list of {', '.join(DETECTORS)}")
     run_dir = Path(run_dir)
     rows = np.load(run_dir / "train_embeddings.npz")
     sample_id, given, emb = rows["sample_ids"], rows["labels"].astype(np.int64), rows["embeddings"]
@@ -48,22 +57,30 @@ def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0) -
         if frame is not None:
             frame.attrs.update(seconds=seconds, peak_mib=peak)
             out[name] = frame
+
+    def probe():
+        probs = detectors.cross_fitted_probabilities(emb, dense, folds, seed)
+        frame = back(detectors.confident_learning(probs, dense, sample_id))
+        frame.attrs["estimated_noise_rate"] = detectors.estimated_noise_rate(probs, dense)
         return frame
 
     if (run_dir / "decisions.npz").is_file():
         saved = dict(np.load(run_dir / "decisions.npz"))
         timed("method", lambda: detectors.method_decisions(saved, sample_id, given))
-    timed("datalab", lambda: back(detectors.datalab(emb, dense, sample_id, k)))
-    probs_box = {}
-
-    def probe():
-        probs_box["p"] = detectors.cross_fitted_probabilities(emb, dense, folds, seed)
-        return back(detectors.confident_learning(probs_box["p"], dense, sample_id))
-
-    timed("confident_learning", probe)
-    timed("knn_disagreement", lambda: back(detectors.knn_disagreement(emb, dense, sample_id, k)))
-    out["confident_learning"].attrs["estimated_noise_rate"] = detectors.estimated_noise_rate(probs_box["p"], dense)
+    runners = {"datalab": lambda: back(detectors.datalab(emb, dense, sample_id, k)),
+               "confident_learning": probe,
+               "knn_confident_learning": lambda: back(detectors.knn_confident_learning(emb, dense, sample_id, k)),
+               "knn_disagreement": lambda: back(detectors.knn_disagreement(emb, dense, sample_id, k))}
+    for name in detectors_used:
+        timed(name, runners[name])
     return out
+
+
+def estimated_rate(audits: dict[str, pd.DataFrame]) -> float:
+    """cleanlab's estimate of the noise rate from the audit's confident-learning detector (:data:`ESTIMATORS`, the
+    first audited); NaN when neither ran."""
+    return next((float(audits[name].attrs["estimated_noise_rate"]) for name in ESTIMATORS if name in audits),
+                float("nan"))
 
 
 def noise_folder(run_dir: str | Path) -> Path:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from noisydml import io
 from noisydml.audit.judge import paired_bootstrap
-from noisydml.audit.run import audit_run, judged_table, training_class_names, truth_of
+from noisydml.audit.run import audit_run, estimated_rate, judged_table, training_class_names, truth_of
 from noisydml.audit.sheet import rank_suspects, write_sheet
 from noisydml.data.prepared import PreparedDataset
 from noisydml.pipeline.layout import TRAIN_EMBEDDINGS, Layout
@@ -34,8 +34,8 @@ from noisydml.studies.label_audit import SECTION, check_section
 
 #: The recall grid of ``pr_curves.csv``.
 RECALL_GRID = np.linspace(0, 1, 101)
-#: The cleanlab detectors the method's own score is compared with in ``differences.csv``.
-COMPARED_WITH = ("confident_learning", "datalab")
+#: The cleanlab detectors the method's own score is compared with in ``differences.csv`` (those audited).
+COMPARED_WITH = ("confident_learning", "knn_confident_learning", "datalab")
 
 
 def audited_runs(params: dict, dataset: str, noise: str, section: dict, layout: Layout) -> list[tuple[str, int]]:
@@ -76,13 +76,13 @@ def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout:
         (tmp / "scores").mkdir()
         for i, (method, seed) in enumerate(runs, start=1):
             folder = layout.run(dataset, noise, method, seed)
-            audits = audit_run(folder, section["k"], section["folds"], seed)
+            audits = audit_run(folder, section["k"], section["folds"], seed, tuple(section["detectors"]))
             tag = f"{method}-seed{seed}"
             pd.concat([frame.assign(detector=name) for name, frame in audits.items()]).to_csv(
                 tmp / "scores" / f"{tag}.csv", index=False)
             every.update({f"{tag}/{name}": frame for name, frame in audits.items()})
             truth = truth_of(folder)
-            rate = audits["confident_learning"].attrs["estimated_noise_rate"]
+            rate = estimated_rate(audits)
             print(f"[{i}/{len(runs)}] {folder}: cleanlab's noise-rate estimate {rate:.3f}, true {truth.mean():.3f}",
                   flush=True)
             if not truth.any():  # nothing known to be wrong: nothing to judge
@@ -96,7 +96,7 @@ def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout:
                                             "precision": pr_curve(frame["score"].to_numpy(), noisy[name])}))
             if "method" in audits:
                 own = audits["method"]["score"].to_numpy()
-                for other in COMPARED_WITH:
+                for other in (name for name in COMPARED_WITH if name in audits):
                     theirs = audits[other].set_index("sample_id").loc[audits["method"]["sample_id"], "score"]
                     for metric in ("auroc", "auprc"):
                         differences.append({**keys, "a": "method", "b": other, "metric": metric,

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from noisydml import io
+from noisydml.audit.run import DETECTORS
 from noisydml.schema import ParamsError
 from noisydml.studies.base import ReportContext, Study
 
@@ -20,7 +21,7 @@ SECTION = "label_audit"
 #: Where the audit stages write (one folder per dataset and noise setting), relative to the repository root.
 AUDIT_ROOT = Path("audit")
 #: The section's keys, each with its type and lower bound (every one written out in params.yaml).
-KEYS = {"datasets": list, "methods": list, "k": int, "folds": int, "min_agree": int, "top": int,
+KEYS = {"datasets": list, "methods": list, "detectors": list, "k": int, "folds": int, "min_agree": int, "top": int,
         "bootstrap_samples": int}
 LOWEST = {"k": 1, "folds": 2, "min_agree": 1, "top": 1, "bootstrap_samples": 100}
 #: The judged figures the report shows, as it names them.
@@ -29,7 +30,8 @@ SHOWN = {"auroc": "AUROC", "auprc": "AUPRC", "precision_at_k": "P@k", "flag_f1":
 
 def check_section(section: Any, params: dict[str, Any]) -> dict[str, Any]:
     """``figures.label_audit``: ``datasets`` (of ``grid.datasets``; [] = no audit), ``methods`` (of
-    ``grid.methods``; [] = every grid method), ``k`` (neighbours of Datalab and kNN disagreement), ``folds`` (of
+    ``grid.methods``; [] = every grid method), ``detectors`` (a non-empty list of
+    :data:`noisydml.audit.run.DETECTORS`), ``k`` (neighbours of Datalab and kNN disagreement), ``folds`` (of
     the cross-fitted probe), ``min_agree`` (detectors that must flag a row for the sheet's and the cleaned
     listing's "suspected"), ``top`` (rows of the contact sheet), ``bootstrap_samples`` (of the paired bootstrap)."""
     where = f"figures.{SECTION}"
@@ -45,10 +47,13 @@ def check_section(section: Any, params: dict[str, Any]) -> dict[str, Any]:
             raise ParamsError(f"{where}.{key}: {value!r} is not a{'n integer' if kind is int else ' list'}")
         if kind is int and value < LOWEST[key]:
             raise ParamsError(f"{where}.{key}: {value!r}; allowed: an integer >= {LOWEST[key]}")
-    for key, allowed in (("datasets", params["grid"]["datasets"]), ("methods", params["grid"]["methods"])):
+    for key, allowed in (("datasets", params["grid"]["datasets"]), ("methods", params["grid"]["methods"]),
+                         ("detectors", DETECTORS)):
         for name in section[key]:
             if name not in allowed:
-                raise ParamsError(f"{where}.{key}: {name!r} is not in grid.{key}; allowed: {', '.join(allowed)}")
+                raise ParamsError(f"{where}.{key}: {name!r} is not allowed; allowed: {', '.join(allowed)}")
+    if not section["detectors"]:
+        raise ParamsError(f"{where}.detectors: []; allowed: a non-empty list of {', '.join(DETECTORS)}")
     return section
 
 
