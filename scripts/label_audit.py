@@ -31,6 +31,7 @@ from noisydml.audit.run import (DEFAULT_DETECTORS, DETECTORS, audit_run, estimat
                                 judged_table, training_class_names, truth_of)
 from noisydml.audit.sheet import rank_suspects, write_sheet  # noqa: E402
 from noisydml.data.prepared import PreparedDataset  # noqa: E402
+from noisydml.pipeline.audit import training_images  # noqa: E402
 
 
 def prepared_of(run: Path) -> tuple[Path, str, PreparedDataset]:
@@ -46,7 +47,7 @@ def contact_sheet(run: Path, audits: dict, folder: Path, top: int) -> Path:
     rows = np.load(run / "train_embeddings.npz")
     ids = rows["sample_ids"]
     class_names = training_class_names(run).tolist()
-    images = [prepared.images[int(i)] for i in ids]
+    images = training_images(prepared, ids)
     return write_sheet(rank_suspects(audits), images, ids, rows["labels"], class_names, folder, top,
                        title=f"Suspected labels: {'/'.join(run.parts[-4:])}")
 

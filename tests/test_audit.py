@@ -260,15 +260,16 @@ def test_the_precision_recall_curve_is_interpolated_by_hand():
 
 
 def test_the_sheet_refuses_a_row_that_is_not_a_training_row():
-    from noisydml.pipeline.audit import _training_images
+    from noisydml.pipeline.audit import training_images
 
     class Prepared:
         manifest = pd.DataFrame({"split": ["train", "train", "test"]})
         images = np.zeros((3, 2, 2, 1), np.uint8)
+        stored_as_files = False
 
-    assert len(_training_images(Prepared(), np.array([0, 1]))) == 2
+    assert len(training_images(Prepared(), np.array([0, 1]))) == 2
     with pytest.raises(ValueError, match="sample 2 is not a training row"):
-        _training_images(Prepared(), np.array([1, 2]))
+        training_images(Prepared(), np.array([1, 2]))
 
 
 def _browser() -> str | None:

@@ -58,9 +58,18 @@ def test_every_profile_takes_the_rehearsal_overrides_through_dvc():
     ("sgps/table4_pairwise", {("SGPS", "Table IV"): 2, ("SGPS", "Table III"): 0}),
 ])
 def test_a_table_of_each_paper_is_rehearsed_through_dvc_exp_run(name, filled, tmp_path):
-    folder = rehearse(name, PROFILES[name], repo=REPO, folder=tmp_path / "repo", timeout=1800)
+    # PRISM's CARS-98N rehearsal also runs the label audit of its PRISM runs (the real noise: no truth to judge by,
+    # a contact sheet of the suspects)
+    audit = ("figures.label_audit.datasets=[cars98n]", "figures.label_audit.methods=[prism]") \
+        if name == "prism/table3_cars98n" else ()
+    folder = rehearse(name, PROFILES[name], repo=REPO, folder=tmp_path / "repo", timeout=1800, extra=audit)
     report = (folder / "reports" / "results.md").read_text()
     assert "**Rehearsal**" in report
+    if audit:
+        sheet = folder / "audit" / "cars98n" / "clean" / "sheet"
+        assert (sheet / "index.html").is_file() and len(pd.read_csv(sheet / "suspects.csv")) > 0
+        assert not (sheet.parent / "judged.csv").exists()  # CARS-98N's noise is unlabelled: nothing judged
+        assert "## Label audit" in report
     status = pd.read_csv(folder / "reports" / "paper_status.csv").set_index(["paper", "table"])
     assert {table: status.loc[table, "run on the paper's data"] for table in filled} == filled
     experiments = subprocess.run([sys.executable, "-m", "dvc", "exp", "list", "--name-only"], cwd=folder,

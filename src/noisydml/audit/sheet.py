@@ -49,15 +49,22 @@ def _most_common(values: np.ndarray) -> int:
     return int(found[np.argmax(counts)])
 
 
-def _thumb(image: np.ndarray, path: Path) -> None:
-    img = Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image)
+def _thumb(image, path: Path) -> None:
+    """A thumbnail of ``image``: a uint8 HWC array, or an image file's path (a dataset stored as files)."""
+    if isinstance(image, (str, Path)):
+        with Image.open(image) as opened:
+            img = opened.convert("RGB")
+    else:
+        image = np.asarray(image)
+        img = Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image)
     img.resize((THUMB, THUMB), Image.NEAREST).save(path)
 
 
 def write_sheet(suspects: pd.DataFrame, images, sample_ids: np.ndarray, labels: np.ndarray, class_names: list[str],
                 out_dir: str | Path, top_n: int = 50, title: str = "Suspected labels") -> Path:
     """``out_dir/index.html`` (+ ``suspects.csv``, ``thumbs/``): the top ``top_n`` of ``suspects`` with
-    thumbnails; ``images[i]`` is sample ``sample_ids[i]``'s image (uint8 HWC), ``labels`` its given label,
+    thumbnails; ``images[i]`` is sample ``sample_ids[i]``'s image (uint8 HWC, or its file's path), ``labels`` its
+    given label,
     ``class_names[label]`` a label's name. Returns the page's path."""
     out = Path(out_dir)
     thumbs = out / "thumbs"
@@ -76,7 +83,7 @@ def write_sheet(suspects: pd.DataFrame, images, sample_ids: np.ndarray, labels: 
     def img(sample: int) -> str:
         path = thumbs / f"{sample}.png"
         if not path.exists():
-            _thumb(np.asarray(images[position[sample]]), path)
+            _thumb(images[position[sample]], path)
         return f'<img src="thumbs/{sample}.png" width="{THUMB}" height="{THUMB}" alt="sample {sample}">'
 
     def examples(label: int, besides: int) -> str:

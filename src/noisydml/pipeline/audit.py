@@ -58,12 +58,15 @@ def pr_curve(score: np.ndarray, noisy: np.ndarray) -> np.ndarray:
     return np.array([precision[recall >= r].max() for r in RECALL_GRID])
 
 
-def _training_images(prepared: PreparedDataset, ids: np.ndarray) -> list:
-    """The images of training rows ``ids``; a row of another split is refused (the audit never looks at one)."""
+def training_images(prepared: PreparedDataset, ids: np.ndarray) -> list:
+    """The images of training rows ``ids`` (uint8 arrays, or the files' paths of a dataset stored as files); a row
+    of another split is refused (the audit never looks at one)."""
     split = prepared.manifest["split"].to_numpy()[ids]
     if (split != "train").any():
         raise ValueError(f"sample {int(ids[split != 'train'][0])} is not a training row; the audit shows training "
                          "rows only")
+    if prepared.stored_as_files:
+        return [prepared.images.paths[int(i)] for i in ids]
     return [prepared.images[int(i)] for i in ids]
 
 
@@ -121,7 +124,7 @@ def _contact_sheet(layout: Layout, dataset: str, noise: str, first: Path, audits
     shared = [name for name, frame in audits.items() if len(frame) == len(ids)
               and np.array_equal(np.sort(frame["sample_id"].to_numpy()), np.sort(ids))]
     prepared = PreparedDataset.load(layout.prepared(dataset), layout.root)
-    write_sheet(rank_suspects({name: audits[name] for name in shared}), _training_images(prepared, ids), ids,
+    write_sheet(rank_suspects({name: audits[name] for name in shared}), training_images(prepared, ids), ids,
                 rows["labels"], training_class_names(first).tolist(), folder, top,
                 title=f"Suspected labels: {dataset}, {noise} ({len(shared)} detector runs)")
 

@@ -413,9 +413,10 @@ def run_checked(cmd: list, cwd: Path, env: dict, timeout: float | None = None) -
 
 
 def rehearse(name: str, profile: dict, repo: str | Path = ".", folder: str | Path | None = None,
-             timeout: float | None = None) -> Path:
+             timeout: float | None = None, extra: tuple[str, ...] = ()) -> Path:
     """Rehearse one profile (``load_profiles()[name]``) in ``folder`` (a new temporary folder if None; kept, with
-    its report): returns the folder."""
+    its report): returns the folder. ``extra``: more ``-S`` overrides after the rehearsal's (e.g. an opt-in stage
+    that the rehearsal should exercise too)."""
     from noisydml.pipeline.profiles import params_after
 
     repo = Path(repo).resolve()
@@ -425,7 +426,7 @@ def rehearse(name: str, profile: dict, repo: str | Path = ".", folder: str | Pat
     files: dict[str, bytes] = {}
     env = stage_env()
     with serve(files) as base_url:
-        overrides = rehearsal_overrides(params, base_url, files)
+        overrides = rehearsal_overrides(params, base_url, files) + list(extra)
         params_after(profile["set"] + overrides, repo / "params.yaml")  # refused here, before any copying
         _working_copy(repo, folder)
         setup = [["git", "init", "-q"]]
