@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from noisydml.audit.clean import cleaned_listing  # noqa: E402 - the package from this checkout
 from noisydml.audit.run import (DEFAULT_DETECTORS, DETECTORS, audit_run, estimated_rate,  # noqa: E402
-                                judged_table, training_class_names, truth_of)
+                                judged_table, known_noise, training_class_names, truth_of)
 from noisydml.audit.sheet import rank_suspects, write_sheet  # noqa: E402
 from noisydml.data.prepared import PreparedDataset  # noqa: E402
 from noisydml.pipeline.audit import training_images  # noqa: E402
@@ -96,7 +96,7 @@ def main(argv: list[str]) -> None:
         audits = audit_run(run, args.k, args.folds, seed, tuple(args.detectors.split(",")))
         rate = estimated_rate(audits)
         truth = truth_of(run)
-        if not truth.any():
+        if not known_noise(truth):
             print(f"\n{run}: no known wrong labels, nothing to judge; cleanlab's estimate of the noise rate {rate:.3f}")
         else:
             table = judged_table(audits, truth)

@@ -324,3 +324,25 @@ def test_knn_confident_learning_in_batches_is_the_one_batch_result_and_never_den
     assert max(built) == 7 and sum(built) == 2 * len(given)  # two passes over batches of 7 rows
     assert np.allclose(batched["score"], whole["score"]) and (batched["flagged"] == whole["flagged"]).all()
     assert whole.attrs["estimated_noise_rate"] == pytest.approx((given != true).mean(), abs=0.08)
+
+
+def test_only_verified_rows_are_judged_on_a_dataset_with_verification_flags(tmp_path):
+    """Food-101N's form: the manifest's is_clean is 1 / 0 for verified rows, empty for the rest; the corrupt stage
+    counts an unverified row as clean. The truth is NA there, and the judge leaves those rows out."""
+    from noisydml.audit.run import judged_table, known_noise, truth_of
+
+    run = _noise_tables(tmp_path, labels=pd.DataFrame({"sample_id": range(6), "label": 0, "true_label": 0,
+                                                       "is_noisy": [1, 0, 0, 1, 0, 0]}),
+                        per_class=pd.DataFrame({"true_label": [0], "class_name": ["a"], "label": [0]}))
+    prepared = tmp_path / "data" / "prepared" / "mine"
+    prepared.mkdir(parents=True)
+    pd.DataFrame({"sample_id": range(6), "label": 0, "class_name": "a", "split": "train",
+                  "is_clean": ["0", "1", "", "", "1", ""]}).to_csv(prepared / "manifest.csv", index=False)
+    truth = truth_of(run)
+    assert truth.isna().tolist() == [False, False, True, True, False, True] and known_noise(truth)
+    scores = pd.DataFrame({"sample_id": range(6), "given_label": 0, "score": [0.9, 0.1, 0.8, 0.1, 0.2, 0.95],
+                           "flagged": pd.array([True, False, True, False, False, True], dtype="boolean"),
+                           "suggested_label": -1})
+    row = judged_table({"d": scores}, truth).iloc[0]
+    # judged on rows 0, 1, 4 only: the noisy row 0 ranks first, so AUROC 1 and flag precision 1
+    assert row["rows"] == 3 and row["auroc"] == 1.0 and row["flag_precision"] == 1.0

@@ -91,14 +91,29 @@ def noise_folder(run_dir: str | Path) -> Path:
 
 
 def truth_of(run_dir: str | Path) -> pd.Series:
-    """Per training sample id, whether its label is wrong: the corrupt stage's ``is_noisy`` of the run's dataset
-    and noise (``data/noisy/<dataset>/<noise>/labels.csv`` beside ``runs/``). On data without known noise (a
-    ``folder`` dataset of your own) it is all False: nothing to judge against."""
-    path = noise_folder(run_dir) / "labels.csv"
+    """Per training sample id, whether its label is wrong (nullable: NA where nobody knows): the corrupt stage's
+    ``is_noisy`` of the run's dataset and noise (``data/noisy/<dataset>/<noise>/labels.csv`` beside ``runs/``). On
+    a dataset with verification flags (the prepared manifest's ``is_clean``: Food-101N's verified subset) only
+    the verified rows are known; the others are NA, so they are judged neither right nor wrong. On data without
+    known noise (a ``folder`` dataset of your own) it is all False: nothing to judge against."""
+    folder = noise_folder(run_dir)
+    path = folder / "labels.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; the corrupt stage writes it (dvc repro corrupt@...)")
     labels = pd.read_csv(path)
-    return pd.Series(labels["is_noisy"].to_numpy(bool), index=labels["sample_id"].to_numpy())
+    truth = pd.Series(pd.array(labels["is_noisy"].to_numpy(bool), dtype="boolean"),
+                      index=labels["sample_id"].to_numpy())
+    manifest = folder.parents[2] / "prepared" / folder.parent.name / "manifest.csv"
+    if manifest.is_file() and "is_clean" in pd.read_csv(manifest, nrows=0).columns:
+        flags = pd.read_csv(manifest, usecols=["sample_id", "is_clean"], dtype={"is_clean": "Int64"})
+        verified = flags.set_index("sample_id")["is_clean"].reindex(truth.index).notna().to_numpy()
+        truth[~verified] = pd.NA
+    return truth
+
+
+def known_noise(truth: pd.Series) -> bool:
+    """Whether some label is known to be wrong (there is something to judge against)."""
+    return bool(truth.fillna(False).any())
 
 
 def training_class_names(run_dir: str | Path) -> pd.Series:
@@ -115,10 +130,11 @@ def training_class_names(run_dir: str | Path) -> pd.Series:
 
 def judged_table(audits: dict[str, pd.DataFrame], is_noisy: pd.Series) -> pd.DataFrame:
     """One row per detector: :func:`noisydml.audit.judge.judge` against ``is_noisy`` (per sample id; the corrupt
-    stage's truth, :func:`truth_of`)."""
+    stage's truth, :func:`truth_of`) on the rows whose truth is known (``rows``: how many)."""
     table = []
     for name, frame in audits.items():
-        truth = is_noisy.loc[frame["sample_id"].to_numpy()].to_numpy()
-        table.append({"detector": name, **judge(frame, truth), "seconds": frame.attrs.get("seconds"),
-                      "peak_mib": frame.attrs.get("peak_mib")})
+        truth = is_noisy.loc[frame["sample_id"].to_numpy()]
+        known = truth.notna().to_numpy()  # rows nobody verified are judged neither way
+        table.append({"detector": name, **judge(frame[known], truth[known].to_numpy(bool)),
+                      "seconds": frame.attrs.get("seconds"), "peak_mib": frame.attrs.get("peak_mib")})
     return pd.DataFrame(table)

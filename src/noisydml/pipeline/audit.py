@@ -25,7 +25,8 @@ import pandas as pd
 
 from noisydml import io
 from noisydml.audit.judge import paired_bootstrap
-from noisydml.audit.run import audit_run, estimated_rate, judged_table, training_class_names, truth_of
+from noisydml.audit.run import (audit_run, estimated_rate, judged_table, known_noise, training_class_names,
+                                truth_of)
 from noisydml.audit.sheet import rank_suspects, write_sheet
 from noisydml.data.prepared import PreparedDataset
 from noisydml.pipeline.layout import TRAIN_EMBEDDINGS, Layout
@@ -86,24 +87,27 @@ def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout:
             every.update({f"{tag}/{name}": frame for name, frame in audits.items()})
             truth = truth_of(folder)
             rate = estimated_rate(audits)
-            print(f"[{i}/{len(runs)}] {folder}: cleanlab's noise-rate estimate {rate:.3f}, true {truth.mean():.3f}",
-                  flush=True)
-            if not truth.any():  # nothing known to be wrong: nothing to judge
+            true_rate = truth.dropna().astype(float).mean()  # NaN where no row's truth is known
+            print(f"[{i}/{len(runs)}] {folder}: cleanlab's noise-rate estimate {rate:.3f}, true {true_rate:.3f}"
+                  f" (of the {int(truth.notna().sum())} rows whose truth is known)", flush=True)
+            if not known_noise(truth):  # nothing known to be wrong: nothing to judge
                 continue
             keys = {"method": method, "seed": seed}
             table = judged_table(audits, truth)
             judged.append(table.assign(**keys, estimated_noise_rate=rate))
-            noisy = {name: truth.loc[frame["sample_id"].to_numpy()].to_numpy() for name, frame in audits.items()}
+            known = truth[truth.notna()].astype(bool)  # rows nobody verified are judged neither way
             for name, frame in audits.items():
-                curves.append(pd.DataFrame({**keys, "detector": name, "recall": RECALL_GRID,
-                                            "precision": pr_curve(frame["score"].to_numpy(), noisy[name])}))
+                rows = frame[frame["sample_id"].isin(known.index)]
+                curves.append(pd.DataFrame({**keys, "detector": name, "recall": RECALL_GRID, "precision": pr_curve(
+                    rows["score"].to_numpy(), known.loc[rows["sample_id"]].to_numpy())}))
             if "method" in audits:
-                own = audits["method"]["score"].to_numpy()
+                rows = audits["method"][audits["method"]["sample_id"].isin(known.index)]
                 for other in (name for name in COMPARED_WITH if name in audits):
-                    theirs = audits[other].set_index("sample_id").loc[audits["method"]["sample_id"], "score"]
+                    theirs = audits[other].set_index("sample_id").loc[rows["sample_id"], "score"]
                     for metric in ("auroc", "auprc"):
                         differences.append({**keys, "a": "method", "b": other, "metric": metric,
-                                            **paired_bootstrap(own, theirs.to_numpy(), noisy["method"], metric,
+                                            **paired_bootstrap(rows["score"].to_numpy(), theirs.to_numpy(),
+                                                               known.loc[rows["sample_id"]].to_numpy(), metric,
                                                                section["bootstrap_samples"], seed)})
         if judged:  # absent where no label is known to be wrong (the clean setting, a dataset of your own)
             pd.concat(judged).to_csv(tmp / "judged.csv", index=False)
