@@ -131,7 +131,8 @@ def dvc_repo(root, raw, targets=(), repro=True):
 
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, root / name)
-    for name in ("stages", "plot_templates", "timing", "references"):  # timing/, references/: the report's
+    # timing/, audit/, references/: the report stage's dependencies
+    for name in ("stages", "plot_templates", "timing", "audit", "references"):
         shutil.copytree(REPO / name, root / name)
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
