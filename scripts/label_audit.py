@@ -11,8 +11,8 @@ recall / F1, seconds, Python-side peak MiB), and cleanlab's estimate of the nois
 without known wrong labels (a ``folder`` dataset of your own) nothing is judged and the estimate is printed alone.
 Reads the run folders and the corrupt stage's label tables only (never the test split). ``--per-sample``: every
 detector's scores per sample (the audit schema) as CSV files in that folder. ``--clean-csv``: a ``folder``
-dataset's listing with the suspected training labels dropped or relabelled (:mod:`noisydml.audit.clean`), for
-``dvc exp run -S datasets.<name>.csv=<that file>``.
+dataset's listing with the suspected training labels dropped or relabelled (:mod:`noisydml.audit.clean`), to
+train on as ``datasets.<name>.csv`` (README "Find the wrong labels in your data").
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -29,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from noisydml.audit.clean import cleaned_listing  # noqa: E402 - the package from this checkout
 from noisydml.audit.run import (DEFAULT_DETECTORS, DETECTORS, audit_run, estimated_rate,  # noqa: E402
                                 judged_table, known_noise, training_class_names, truth_of)
-from noisydml.audit.sheet import rank_suspects, write_sheet  # noqa: E402
+from noisydml.audit.sheet import rank_suspects  # noqa: E402
+from noisydml.config import load_params  # noqa: E402
 from noisydml.data.prepared import PreparedDataset  # noqa: E402
-from noisydml.pipeline.audit import training_images  # noqa: E402
+from noisydml.pipeline.audit import contact_sheet  # noqa: E402
 
 
 def prepared_of(run: Path) -> tuple[Path, str, PreparedDataset]:
@@ -41,23 +41,12 @@ def prepared_of(run: Path) -> tuple[Path, str, PreparedDataset]:
     return root, dataset, PreparedDataset.load(root / "data" / "prepared" / dataset, root)
 
 
-def contact_sheet(run: Path, audits: dict, folder: Path, top: int) -> Path:
-    """The run's suspects over every detector, with the prepared dataset's images and the training labels' names."""
-    _, _, prepared = prepared_of(run)
-    rows = np.load(run / "train_embeddings.npz")
-    ids = rows["sample_ids"]
-    class_names = training_class_names(run).tolist()
-    images = training_images(prepared, ids)
-    return write_sheet(rank_suspects(audits), images, ids, rows["labels"], class_names, folder, top,
-                       title=f"Suspected labels: {'/'.join(run.parts[-4:])}")
-
-
-def clean_listing(run: Path, audits: dict, out_csv: Path, action: str, min_agree: int) -> dict:
-    """The ``folder`` dataset's listing with the run's suspects acted on (params.yaml's ``datasets.<name>``)."""
-    from ruamel.yaml import YAML
-
-    root, dataset, prepared = prepared_of(run)
-    cfg = YAML(typ="safe").load((root / "params.yaml").read_text())["datasets"][dataset]
+def clean_listing(run: Path, located: tuple[Path, str, PreparedDataset], audits: dict, out_csv: Path, action: str,
+                  min_agree: int) -> dict:
+    """The ``folder`` dataset's listing with the run's suspects acted on (params.yaml's ``datasets.<name>``;
+    ``located``: :func:`prepared_of` the run)."""
+    root, dataset, prepared = located
+    cfg = load_params(root / "params.yaml", ("datasets",))["datasets"][dataset]
     if cfg.get("kind") != "folder":
         raise SystemExit(f"--clean-csv: dataset {dataset!r} is kind {cfg.get('kind')!r}; a cleaned listing is written "
                          "for folder datasets (their csv form reads it back)")
@@ -105,15 +94,17 @@ def main(argv: list[str]) -> None:
             print(table.drop(columns=["run", "rows", "noise_rate"]).to_string(index=False, float_format="%.3f"))
             table["estimated_noise_rate"] = rate
             tables.append(table)
+        located = prepared_of(run) if args.sheet or args.clean_csv else None
         if args.sheet:
-            page = contact_sheet(run, audits, args.sheet / "-".join(run.resolve().parts[-4:]), args.top)
+            page = contact_sheet(run, located[2], audits, args.sheet / "-".join(run.resolve().parts[-4:]),
+                                 args.top, f"Suspected labels: {'/'.join(run.parts[-4:])}")
             print(f"contact sheet: {page}")
         if args.per_sample:
             args.per_sample.mkdir(parents=True, exist_ok=True)
             for name, frame in audits.items():
                 frame.to_csv(args.per_sample / f"{'-'.join(run.parts[-4:])}-{name}.csv", index=False)
         if args.clean_csv:
-            done = clean_listing(run, audits, args.clean_csv, args.action, args.min_agree)
+            done = clean_listing(run, located, audits, args.clean_csv, args.action, args.min_agree)
             print(f"cleaned listing: {args.clean_csv} ({done})")
     if args.csv and tables:
         pd.concat(tables).to_csv(args.csv, index=False)

@@ -31,7 +31,7 @@ from noisydml.audit.sheet import rank_suspects, write_sheet
 from noisydml.data.prepared import PreparedDataset
 from noisydml.pipeline.layout import TRAIN_EMBEDDINGS, Layout
 from noisydml.schema import ParamsError
-from noisydml.studies.label_audit import SECTION, check_section
+from noisydml.studies.label_audit import AUDIT_ROOT, SECTION, check_section
 
 #: The recall grid of ``pr_curves.csv``.
 RECALL_GRID = np.linspace(0, 1, 101)
@@ -74,7 +74,7 @@ def training_images(prepared: PreparedDataset, ids: np.ndarray) -> list:
 def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout: Layout = Layout()) -> Path:
     """Audit ``dataset`` at ``noise`` (see the module docstring); ``section``: ``figures.label_audit``, validated."""
     runs = audited_runs(params, dataset, noise, section, layout)
-    out = layout.root / "audit" / dataset / noise
+    out = layout.root / AUDIT_ROOT / dataset / noise
     judged, differences, curves, every = [], [], [], {}
     with io.atomic_dir(out) as tmp:
         (tmp / "scores").mkdir()
@@ -113,31 +113,29 @@ def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout:
             pd.concat(judged).to_csv(tmp / "judged.csv", index=False)
             pd.DataFrame(differences).to_csv(tmp / "differences.csv", index=False)
             pd.concat(curves).to_csv(tmp / "pr_curves.csv", index=False, float_format="%.6f")
-        if runs:
-            _contact_sheet(layout, dataset, noise, layout.run(dataset, noise, *runs[0]), every, tmp / "sheet",
-                           section["top"])
+        if runs:  # one sheet over every audited run's detectors (their consensus): grid runs share their rows
+            prepared = PreparedDataset.load(layout.prepared(dataset), layout.root)
+            contact_sheet(layout.run(dataset, noise, *runs[0]), prepared, every, tmp / "sheet", section["top"],
+                          f"Suspected labels: {dataset}, {noise} ({len(every)} detector runs)")
     return out
 
 
-def _contact_sheet(layout: Layout, dataset: str, noise: str, first: Path, audits: dict, folder: Path,
-                   top: int) -> None:
-    """One sheet over every audited run's detectors (their consensus), named by the training labels' classes
-    (``first``: the first audited run's folder, whose rows the sheet shows)."""
-    rows = np.load(first / TRAIN_EMBEDDINGS)
+def contact_sheet(run: Path, prepared: PreparedDataset, audits: dict, folder: Path, top: int, title: str) -> Path:
+    """The contact sheet of ``audits`` (:func:`~noisydml.audit.sheet.rank_suspects`' consensus) on the rows of run
+    folder ``run``, its images from ``prepared`` and its labels named as the run trained on them
+    (:func:`~noisydml.audit.run.training_class_names`); returns the page."""
+    rows = np.load(run / TRAIN_EMBEDDINGS)
     ids = rows["sample_ids"]
-    shared = [name for name, frame in audits.items() if len(frame) == len(ids)
-              and np.array_equal(np.sort(frame["sample_id"].to_numpy()), np.sort(ids))]
-    prepared = PreparedDataset.load(layout.prepared(dataset), layout.root)
-    write_sheet(rank_suspects({name: audits[name] for name in shared}), training_images(prepared, ids), ids,
-                rows["labels"], training_class_names(first).tolist(), folder, top,
-                title=f"Suspected labels: {dataset}, {noise} ({len(shared)} detector runs)")
+    return write_sheet(rank_suspects(audits), training_images(prepared, ids), ids, rows["labels"],
+                       training_class_names(run).tolist(), folder, top, title=title)
 
 
 def audit(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -> Path:
     """The ``audit@<dataset>-<noise>`` stage: ``figures.label_audit`` validated by its study, then
     :func:`audit_setting`."""
     if SECTION not in params["figures"]:
-        raise ParamsError(f"figures: missing section {SECTION!r} (no hidden defaults: it is written out in params.yaml)")
+        raise ParamsError(f"figures: missing section {SECTION!r} (no hidden defaults: it is written out in "
+                          "params.yaml)")
     section = check_section(params["figures"][SECTION], params)
     if dataset not in section["datasets"]:
         raise ParamsError(f"figures.label_audit.datasets: {section['datasets']} does not hold {dataset!r}; the audit "

@@ -1,7 +1,7 @@
 """The label audit as a study: its params section (``figures.label_audit``: which datasets the ``audit@`` stages
 audit, and how) and its report section (the detectors judged on known noise, and their precision-recall curves).
 
-The audit itself is :mod:`noisydml.audit` (one stage per dataset and noise setting, :mod:`noisydml.audit.stage`);
+The audit itself is :mod:`noisydml.audit` (one stage per dataset and noise setting, :mod:`noisydml.pipeline.audit`);
 this study reads what those stages wrote, ``audit/<dataset>/<noise>/``.
 """
 
@@ -21,9 +21,9 @@ SECTION = "label_audit"
 #: Where the audit stages write (one folder per dataset and noise setting), relative to the repository root.
 AUDIT_ROOT = Path("audit")
 #: The section's keys, each with its type and lower bound (every one written out in params.yaml).
-KEYS = {"datasets": list, "methods": list, "detectors": list, "k": int, "folds": int, "min_agree": int, "top": int,
+KEYS = {"datasets": list, "methods": list, "detectors": list, "k": int, "folds": int, "top": int,
         "bootstrap_samples": int}
-LOWEST = {"k": 1, "folds": 2, "min_agree": 1, "top": 1, "bootstrap_samples": 100}
+LOWEST = {"k": 1, "folds": 2, "top": 1, "bootstrap_samples": 100}
 #: The judged figures the report shows, as it names them.
 SHOWN = {"auroc": "AUROC", "auprc": "AUPRC", "precision_at_k": "P@k", "flag_f1": "flag F1"}
 
@@ -32,8 +32,8 @@ def check_section(section: Any, params: dict[str, Any]) -> dict[str, Any]:
     """``figures.label_audit``: ``datasets`` (of ``grid.datasets``; [] = no audit), ``methods`` (of
     ``grid.methods``; [] = every grid method), ``detectors`` (a non-empty list of
     :data:`noisydml.audit.run.DETECTORS`), ``k`` (neighbours of Datalab and kNN disagreement), ``folds`` (of
-    the cross-fitted probe), ``min_agree`` (detectors that must flag a row for the sheet's and the cleaned
-    listing's "suspected"), ``top`` (rows of the contact sheet), ``bootstrap_samples`` (of the paired bootstrap)."""
+    the cross-fitted probe), ``top`` (rows of the contact sheet), ``bootstrap_samples`` (of the paired
+    bootstrap)."""
     where = f"figures.{SECTION}"
     if not isinstance(section, dict):
         raise ParamsError(f"{where}: expected a mapping with keys {', '.join(KEYS)}; got {section!r}")
@@ -73,7 +73,8 @@ def audit_tables(ctx: ReportContext, section: dict) -> tuple[pd.DataFrame, pd.Da
 
 
 def summary(judged: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset, noise, run (``method``: a grid run's name) and detector: each shown figure's mean over seeds, and the seeds."""
+    """Per dataset, noise, run (``method``: a grid run's name) and detector: each shown figure's mean over seeds,
+    and the seeds."""
     keys = ["dataset", "noise", "method", "detector"]
     table = judged.groupby(keys, sort=False)[list(SHOWN)].mean()
     table["seeds"] = judged.groupby(keys, sort=False)["seed"].nunique()
