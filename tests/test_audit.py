@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -346,3 +347,134 @@ def test_only_verified_rows_are_judged_on_a_dataset_with_verification_flags(tmp_
     row = judged_table({"d": scores}, truth).iloc[0]
     # judged on rows 0, 1, 4 only: the noisy row 0 ranks first, so AUROC 1 and flag precision 1
     assert row["rows"] == 3 and row["auroc"] == 1.0 and row["flag_precision"] == 1.0
+
+
+def _miniature_params(raw, kind: str, archives: dict, expect: dict, noise: str, noise_cfg: dict) -> dict:
+    """``raw`` reduced to one miniature dataset ``d`` (its real archives, served) at ``noise``, one tiny PRISM run
+    on its files, and the label audit turned on for it."""
+    from conftest import benchmark_params
+
+    raw["noise"][noise] = noise_cfg
+    raw["grid"].update(noises=[noise], methods=["prism"], seeds=[0])
+    raw["timing"]["noise"] = noise
+    raw["train"].update(epochs=1, backbone_width=4, embedding_dim=8, pretrained="none", validation_classes=0,
+                        model_selection="last", input={**raw["train"]["input"], "crop": 32, "resize": 36})
+    raw["runtime"]["threads"] = 1
+    raw["figures"]["label_audit"].update(datasets=["d"], methods=["prism"],
+                                         detectors=["datalab", "confident_learning", "knn_disagreement"], k=5,
+                                         folds=3, top=8, bootstrap_samples=100)
+    return benchmark_params(raw, "d", {"kind": kind, "local_dir": "", "archives": archives, "expect": expect})
+
+
+def _audited(params: dict, noise: str, root: Path) -> Path:
+    """The stages a user's ``dvc repro`` runs for the audit, as library calls: download, prepare (the dataset's
+    real layout), corrupt, train, audit; returns the audit's folder."""
+    from noisydml.pipeline.audit import audit
+    from noisydml.pipeline.corrupt import corrupt
+    from noisydml.pipeline.download import download
+    from noisydml.pipeline.layout import Layout
+    from noisydml.pipeline.prepare import prepare
+    from noisydml.pipeline.train import train
+    from noisydml.runs import GRID, Run
+
+    layout = Layout(root)
+    if not layout.prepared("d").is_dir():
+        download(params, "d", layout)
+        prepare(params, "d", layout)
+    corrupt(params, "d", noise, layout)
+    train(params, Run(GRID, f"d-{noise}-prism-0", "d", noise, "prism", 0, "prism"), layout)
+    return audit(params, "d", noise, layout)
+
+
+def _sheet_images_resolve(folder: Path) -> None:
+    from html.parser import HTMLParser
+
+    class Images(HTMLParser):
+        sources: list = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "img":
+                self.sources.append(dict(attrs)["src"])
+
+    page = Images()
+    page.sources = []
+    page.feed((folder / "sheet" / "index.html").read_text())
+    assert page.sources and all((folder / "sheet" / src).is_file() for src in page.sources)
+
+
+def test_food101n_in_its_real_layout_is_judged_on_its_verified_rows_only(tmp_path, raw_params, local_server):
+    """The Food-101N miniature (the release's zip and Food-101's tarball, verification tsv files): the audit of a
+    run on its own labels judges the verified rows (3 of each class's 4; the first verified noisy), never the
+    unverified ones, and shows the images from the release's files."""
+    from conftest import serve_archives
+    from noisydml.pipeline.rehearsal import TRAIN_CLASSES, TRAIN_PER_CLASS, miniature
+
+    base, served = local_server
+    mini = miniature("food101n", base)
+    params = _miniature_params(raw_params, "food101n", serve_archives(local_server, mini.archives), mini.expect,
+                               "clean", {"kind": "none"})
+    folder = _audited(params, "clean", tmp_path)
+    judged = pd.read_csv(folder / "judged.csv")
+    verified = TRAIN_CLASSES * (TRAIN_PER_CLASS - 1)
+    assert set(judged["detector"]) == {"method", "datalab", "confident_learning", "knn_disagreement"}
+    assert (judged["rows"] == verified).all()
+    assert judged["noise_rate"].to_numpy() == pytest.approx(TRAIN_CLASSES / verified)
+    scores = pd.read_csv(folder / "scores" / "prism-seed0.csv")
+    assert len(scores) == 4 * TRAIN_CLASSES * TRAIN_PER_CLASS  # every row scored, judged or not
+    assert len(pd.read_csv(folder / "sheet" / "suspects.csv")) == TRAIN_CLASSES * TRAIN_PER_CLASS  # all, ranked
+    assert (folder / "sheet" / "index.html").read_text().count("<tr><td>") == 8  # the top
+    _sheet_images_resolve(folder)
+
+
+def test_a_published_list_in_the_authors_format_is_judged_by_its_kept_list(tmp_path, raw_params, local_server):
+    """The CUB miniature (CUB_200_2011.tgz) with noise from lists in the PRISM authors' format (``/data/``-prefixed
+    paths, 1-based labels, gzip; noisy, kept and clean lists): the audit's truth is "absent from the kept list",
+    and the sheet names the classes the run trained on."""
+    import gzip
+    import hashlib
+
+    from conftest import serve_archives
+    from noisydml.audit.run import training_class_names
+    from noisydml.data.prepared import PreparedDataset
+    from noisydml.pipeline.layout import Layout
+    from noisydml.pipeline.prepare import prepare
+    from noisydml.pipeline.download import download
+    from noisydml.pipeline.rehearsal import miniature
+
+    base, served = local_server
+    mini = miniature("cub200", base)
+    archives = serve_archives(local_server, mini.archives)
+    layout = Layout(tmp_path)
+    first = _miniature_params(copy.deepcopy(raw_params), "cub200", archives, mini.expect, "clean", {"kind": "none"})
+    download(first, "d", layout)
+    prepare(first, "d", layout)
+    manifest = PreparedDataset.load(layout.prepared("d"), layout.root).manifest
+    train = manifest[manifest["split"] == "train"].reset_index(drop=True)
+    rng = np.random.default_rng(0)
+    classes = int(train["label"].max()) + 1
+    flipped = rng.random(len(train)) < 0.3
+    noisy_label = np.where(flipped, (train["label"] + rng.integers(1, classes, len(train))) % classes,
+                           train["label"])
+    paths = "/data/" + train["path"]
+
+    def written(name: str, rows: pd.DataFrame) -> dict:
+        text = "".join(f"{p},{c + 1}\n" for p, c in zip(rows["path"], rows["label"])).encode()
+        (tmp_path / f"{name}.csv.gz").write_bytes(gzip.compress(text))
+        return {"source": str(tmp_path / f"{name}.csv.gz"), "sha256": hashlib.sha256(text).hexdigest()}
+
+    lists = {"strip_prefix": "/data/",
+             "noisy_list": written("noisy", pd.DataFrame({"path": paths, "label": noisy_label})),
+             "kept_list": written("kept", pd.DataFrame({"path": paths, "label": train["label"]})[~flipped]),
+             "clean_list": written("clean", pd.DataFrame({"path": paths, "label": train["label"]}))}
+    noise = {"kind": "published_list", "noise_model": "symmetric", "rate": 0.3, "lists": {"d": lists}}
+    params = _miniature_params(copy.deepcopy(raw_params), "cub200", archives, mini.expect, "mini_sym30", noise)
+    folder = _audited(params, "mini_sym30", tmp_path)
+    judged = pd.read_csv(folder / "judged.csv").set_index("detector")
+    assert (judged["rows"] == len(train)).all()
+    assert judged["noise_rate"].to_numpy() == pytest.approx(flipped.mean())
+    suspects = pd.read_csv(folder / "sheet" / "suspects.csv").head(8)  # the page's top 8
+    shown = training_class_names(layout.run("d", "mini_sym30", "prism", 0))[suspects["given_label"]]
+    assert set(shown) <= set(manifest["class_name"])  # every suspect's label named by its class
+    page = (folder / "sheet" / "index.html").read_text()
+    assert all(name in page for name in shown)
+    _sheet_images_resolve(folder)

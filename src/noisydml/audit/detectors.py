@@ -37,7 +37,9 @@ def method_decisions(decisions: dict[str, np.ndarray], sample_id: np.ndarray, gi
 
     Score: 1 - the kept share (``keep``), else 1 - the confidence, else 1 - the weight scaled to its maximum;
     flagged: not kept (kept share below 0.5), only where the method keeps or drops (a weight or a confidence has
-    no threshold of the method's own); suggested: the pseudo-label where it differs from the given label."""
+    no threshold of the method's own); suggested: the pseudo-label where it differs from the given label. A row
+    without a decision (NaN: no batch visited it in the last epoch; or a row the method never trained on) scores 0
+    and is not flagged."""
     # rows the method never saw (a chained run trained on a subset) get no decision: score 0, not flagged
     rows = pd.Series(np.arange(len(decisions["sample_id"])), index=decisions["sample_id"]).reindex(sample_id)
     seen = rows.notna().to_numpy()

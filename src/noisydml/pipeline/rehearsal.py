@@ -194,7 +194,8 @@ def inshop() -> Miniature:
 def food101n() -> Miniature:
     """Food-101N_release.zip (meta/classes.txt, imagelist.tsv, verified_{train,val}.tsv: header lines, tab
     separated; images/<class>/<file>) + food-101.tar.gz (meta/classes.txt, train.txt, test.txt; images/...).
-    Food-101N's classes.txt is in its own order (cheesecake before cheese_plate)."""
+    Food-101N's classes.txt is in its own order (cheesecake before cheese_plate). Of each class's images the first
+    is verified noisy, the last unverified, the others verified clean."""
     names = [f"dish_{i:03d}" for i in range(99)]
     names[10:10] = ["cheesecake", "cheese_plate"]  # the real file's order, not Python's sorted()
     noisy, keys, verified = {"Food-101N_release/meta/classes.txt": _lines(["class_name", *names])}, [], []
@@ -203,7 +204,8 @@ def food101n() -> Miniature:
             key = f"{name}/{c}_{i}.jpg"
             noisy[f"Food-101N_release/images/{key}"] = jpeg_bytes(c * 10 + i)
             keys.append(key)
-            verified.append(f"{key}\t{int(i != 0)}")
+            if i != TRAIN_PER_CLASS - 1:  # the last unverified, as most of the release is: NaN is_clean
+                verified.append(f"{key}\t{int(i != 0)}")  # the first verified noisy
     noisy["Food-101N_release/meta/imagelist.tsv"] = _lines(["class_name/key", *keys])
     noisy["Food-101N_release/meta/verified_train.tsv"] = _lines(["class_name/key\tverification_label", *verified[::2]])
     noisy["Food-101N_release/meta/verified_val.tsv"] = _lines(["class_name/key\tverification_label", *verified[1::2]])
