@@ -152,7 +152,9 @@ def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, res
              true_labels=data.noisy["true_label"].to_numpy())
     if result.exports:
         np.savez(folder / EXPORTS, sample_id=data.sample_ids, **result.exports)
-    write_decisions(folder, data.sample_ids, result.final_decisions)
+    decisions = per_sample_decisions(result.final_decisions)
+    if decisions:  # the method's own per-sample decisions, row i = training sample sample_id[i]
+        np.savez(folder / DECISIONS, sample_id=data.sample_ids, **decisions)
     prepared = layout.prepared(run.dataset)
     if has_verification(prepared):  # a face dataset: its verification images' features, scored by evaluate
         embedder = model_embedder(result.model, result.method.retrieval, params["train"], params["runtime"],
@@ -175,14 +177,6 @@ def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, res
 #: The per-sample fields of :class:`~noisydml.methods.base.Decisions` a run keeps (groups and drawn positives are
 #: per-epoch draws, judged by the trainer, not kept).
 DECISION_FIELDS = ("keep", "visits", "weights", "confidence", "pseudo_labels")
-
-
-def write_decisions(folder: Path, sample_ids: np.ndarray, decisions) -> None:
-    """The method's own per-sample decisions (``decisions.npz``, row i = training sample ``sample_ids[i]``): what
-    the label audit reads of a method; nothing when it decided nothing."""
-    fields = per_sample_decisions(decisions)
-    if fields:
-        np.savez(folder / DECISIONS, sample_id=sample_ids, **fields)
 
 
 def per_sample_decisions(decisions) -> dict[str, np.ndarray]:
