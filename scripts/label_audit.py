@@ -25,6 +25,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from noisydml.audit.detectors import CENTROID_TEMPERATURE  # noqa: E402
 from noisydml.audit.clean import cleaned_listing  # noqa: E402 - the package from this checkout
 from noisydml.audit.run import (DEFAULT_DETECTORS, DETECTORS, audit_run, estimated_rate,  # noqa: E402
                                 judged_table, known_noise, training_class_names, truth_of)
@@ -60,9 +61,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--k", type=int, default=10, help="neighbours of Datalab and kNN disagreement (ours: 10, "
                                                            "cleanlab's default)")
     parser.add_argument("--detectors", default=",".join(DEFAULT_DETECTORS),
-                        help=f"comma-separated, of {', '.join(DETECTORS)} (knn_confident_learning: batched confident "
-                             "learning for a benchmark's scale)")
-    parser.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted probe (ours: 5)")
+                        help=f"comma-separated, of {', '.join(DETECTORS)} (knn_confident_learning, "
+                             "centroid_confident_learning: batched confident learning for a benchmark's scale)")
+    parser.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted probes (ours: 5)")
+    parser.add_argument("--temperature", type=float, default=CENTROID_TEMPERATURE,
+                        help=f"softmax temperature of centroid_confident_learning's probe (ours: {CENTROID_TEMPERATURE})")
     parser.add_argument("--csv", type=Path, help="write every run's judged rows to this CSV")
     parser.add_argument("--per-sample", type=Path, help="a folder for every detector's per-sample scores")
     parser.add_argument("--sheet", type=Path, help="a folder per run for the contact sheet of its suspects "
@@ -82,7 +85,7 @@ def main(argv: list[str]) -> None:
         if not (run / "train_embeddings.npz").is_file():
             raise SystemExit(f"{run}: no train_embeddings.npz; give trained run folders (dvc repro first)")
         seed = int(run.name.removeprefix("seed")) if run.name.startswith("seed") else 0
-        audits = audit_run(run, args.k, args.folds, seed, tuple(args.detectors.split(",")))
+        audits = audit_run(run, args.k, args.folds, seed, tuple(args.detectors.split(",")), args.temperature)
         rate = estimated_rate(audits)
         truth = truth_of(run)
         if not known_noise(truth):

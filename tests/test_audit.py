@@ -40,7 +40,8 @@ def test_judge_against_a_hand_computed_case():
     assert out["noise_rate"] == pytest.approx(2 / 6)
 
 
-@pytest.mark.parametrize("name", ["knn_disagreement", "datalab", "confident_learning", "knn_confident_learning"])
+@pytest.mark.parametrize("name", ["knn_disagreement", "datalab", "confident_learning", "knn_confident_learning",
+                                  "centroid_confident_learning"])
 def test_each_detector_gives_the_schema_and_finds_flips(name):
     emb, given, true, ids = clusters()
     if name == "confident_learning":
@@ -78,6 +79,51 @@ def test_the_probe_never_scores_a_row_it_was_fitted_on(monkeypatch):
     assert len(fitted) == len(scored) == 4
     assert all(not f & s for f, s in zip(fitted, scored))
     assert set().union(*scored) == set(range(len(given)))
+
+
+def test_the_centroid_probe_never_scores_a_row_with_a_mean_that_holds_it(monkeypatch):
+    """Every row's probabilities come from class means of rows of other folds only: moving a row's own embedding
+    changes no probability of its own fold's rows (it is in none of their probes); the folds deal each class's
+    rows round-robin; the batches give the one-batch result."""
+    emb, given, true, ids = clusters(classes=5, per_class=12)
+    folds = detectors.class_folds(given, 4, seed=0)
+    for c in range(5):  # each class dealt evenly over the folds
+        assert np.ptp(np.bincount(folds[given == c], minlength=4)) <= 1
+    whole = detectors.centroid_confident_learning(emb, given, ids, folds=4)
+    batched = detectors.centroid_confident_learning(emb, given, ids, folds=4, batch_bytes=5 * 4 * 7)
+    pd.testing.assert_frame_equal(whole, batched)
+    seen = []
+
+    import cleanlab.experimental.label_issues_batched as batched_module
+
+    update = batched_module.LabelInspector.score_label_quality
+
+    def recording(self, labels, probs):
+        seen.append(np.asarray(probs).copy())
+        return update(self, labels, probs)
+
+    monkeypatch.setattr(batched_module.LabelInspector, "score_label_quality", recording)
+    detectors.centroid_confident_learning(emb, given, ids, folds=4)
+    before = np.concatenate(seen)
+    row = int(np.flatnonzero(folds == 0)[0])
+    moved = emb.copy()
+    moved[row] = -moved[row] * 3
+    seen.clear()
+    detectors.centroid_confident_learning(moved, given, ids, folds=4)
+    after = np.concatenate(seen)
+    order = np.concatenate([np.flatnonzero(folds == f) for f in range(4)])
+    same_fold = folds[order] == 0
+    others = same_fold & (order != row)
+    np.testing.assert_array_equal(before[others], after[others])  # its fold-mates' probe never held it
+    assert not np.array_equal(before[~same_fold], after[~same_fold])  # the other folds' probes did
+
+
+def test_the_dense_probe_refuses_a_benchmark_scale_naming_the_batched_detectors(monkeypatch):
+    monkeypatch.setattr(detectors, "DENSE_PROBE_BYTES", 1000)
+    emb, given, true, ids = clusters()
+    with pytest.raises(ValueError, match=r"240 rows x 6 classes.*centroid_confident_learning or "
+                                         r"knn_confident_learning"):
+        detectors.cross_fitted_probabilities(emb, given)
 
 
 def test_method_decisions_in_the_schema():

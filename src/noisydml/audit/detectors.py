@@ -7,6 +7,9 @@
 - :func:`cross_fitted_probabilities` + :func:`confident_learning`: a linear probe trained on k-1 folds of the rows
   scores the k-th (out of sample: an embedding trained on the noisy labels memorises part of them, so an in-sample
   classifier over-trusts them), then cleanlab's ``find_label_issues`` and its normalised-margin rank;
+- :func:`knn_confident_learning` and :func:`centroid_confident_learning`: confident learning at a benchmark's
+  scale (cleanlab's batched ``LabelInspector``, never an N x classes matrix), on a kNN vote and on a cross-fitted
+  nearest-class-mean probe;
 - :func:`knn_disagreement`: the share of a row's k nearest neighbours (itself excluded) that carry another label,
   flagged above one half, the neighbours' majority as the suggestion: a floor.
 
@@ -14,6 +17,8 @@ Ground truth never enters a detector; :mod:`noisydml.audit.judge` scores them.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pandas as pd
@@ -147,6 +152,87 @@ def knn_confident_learning(embeddings: np.ndarray, given: np.ndarray, sample_id:
     return frame
 
 
+#: Ours: the softmax temperature of :func:`centroid_confident_learning`'s probe over cosine similarities.
+CENTROID_TEMPERATURE = 0.05
+#: Ours: a dense probe's probabilities (:func:`cross_fitted_probabilities`, N x classes float32) above this many bytes
+#: are refused: the batched detectors do that scale.
+DENSE_PROBE_BYTES = 2**30
+
+
+def class_folds(given: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
+    """Each row's fold, 0..folds-1: within each class its rows in a seeded random order dealt round-robin from a
+    random fold, so each class's fold counts differ by at most one (and a class of two rows sits in two folds: its
+    other row vouches for each)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(given))
+    order = order[np.argsort(given[order], kind="stable")]  # by class, random within it
+    rank = np.arange(len(given)) - np.searchsorted(given[order], given[order], side="left")
+    offset = rng.integers(0, folds, int(given.max()) + 1)  # a class's first row in a random fold
+    fold = np.empty(len(given), np.int64)
+    fold[order] = (rank + offset[given[order]]) % folds
+    return fold
+
+
+def centroid_confident_learning(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, folds: int = 5,
+                                seed: int = 0, temperature: float = CENTROID_TEMPERATURE,
+                                batch_bytes: int = KNN_BATCH_BYTES) -> pd.DataFrame:
+    """Confident learning on a cross-fitted probe at a benchmark's scale: for each of ``folds`` class-stratified
+    folds (:func:`class_folds`) the probe is the nearest-class-mean classifier of the other folds' rows (a linear
+    probe: one unit weight vector per class, the class's mean direction; softmax over cosine similarities at
+    ``temperature``), and it scores the fold's rows, so no row is scored by a model that saw it. A class with no
+    row in the other folds gets probability :data:`KNN_PROBABILITY_FLOOR`. The probabilities go to cleanlab's
+    low-memory ``LabelInspector`` in batches of at most ``batch_bytes`` (as :func:`knn_confident_learning`): memory
+    is the embeddings, two classes x dim matrices and one batch, never N x classes. Score = 1 - normalised-margin
+    quality; flagged = its issues; suggested = the probe's top class of a flagged row;
+    ``attrs['estimated_noise_rate']`` = cleanlab's count of issues / N."""
+    from cleanlab.experimental.label_issues_batched import LabelInspector
+
+    x = _unit(embeddings)
+    given = np.asarray(given, np.int64)
+    classes = int(given.max()) + 1
+    fold = class_folds(given, folds, seed)
+    sums = np.zeros((classes, x.shape[1]), np.float64)
+    np.add.at(sums, given, x)
+    counts = np.bincount(given, minlength=classes)
+    step = max(1, batch_bytes // (4 * classes))
+    batches = [rows[i:i + step] for f in range(folds) for rows in [np.flatnonzero(fold == f)]
+               for i in range(0, len(rows), step)]
+
+    @functools.lru_cache(maxsize=1)  # batches come fold by fold
+    def probe(f: int) -> tuple[np.ndarray, np.ndarray]:
+        """Fold ``f``'s probe: the other folds' unit class means, and which classes they hold."""
+        mine = fold == f
+        held = np.zeros_like(sums)
+        np.add.at(held, given[mine], x[mine])
+        means = sums - held
+        present = (counts - np.bincount(given[mine], minlength=classes)) > 0
+        return (means / np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)).astype(np.float32), present
+
+    def probabilities(rows: np.ndarray) -> np.ndarray:
+        means, present = probe(int(fold[rows[0]]))
+        logits = x[rows] @ means.T / temperature
+        logits[:, ~present] = -np.inf
+        probs = np.exp(logits - logits.max(1, keepdims=True))
+        probs /= probs.sum(1, keepdims=True)
+        probs = np.maximum(probs, KNN_PROBABILITY_FLOOR)
+        return probs / probs.sum(1, keepdims=True)
+
+    inspector = LabelInspector(num_class=classes, verbose=False, store_results=True,
+                               quality_score_kwargs={"method": "normalized_margin"})
+    for rows in batches:
+        inspector.update_confident_thresholds(given[rows], probabilities(rows))
+    quality, top = np.empty(len(given)), np.empty(len(given), np.int64)
+    for rows in batches:
+        probs = probabilities(rows)
+        quality[rows] = inspector.score_label_quality(given[rows], probs)
+        top[rows] = probs.argmax(1)
+    flagged = np.zeros(len(given), bool)
+    flagged[np.concatenate(batches)[inspector.get_label_issues()]] = True
+    frame = _frame(sample_id, given, 1 - quality, flagged, np.where(flagged & (top != given), top, -1))
+    frame.attrs["estimated_noise_rate"] = inspector.get_num_issues(silent=True) / len(given)
+    return frame
+
+
 def cross_fitted_probabilities(embeddings: np.ndarray, given: np.ndarray, folds: int = 5, seed: int = 0,
                                max_iter: int = 200) -> np.ndarray:
     """Out-of-sample class probabilities ``(N, C)`` float32, C = the labels present: for each of ``folds``
@@ -157,6 +243,11 @@ def cross_fitted_probabilities(embeddings: np.ndarray, given: np.ndarray, folds:
 
     x = _unit(embeddings).astype(np.float32)
     classes = int(given.max()) + 1
+    if len(given) * classes * 4 > DENSE_PROBE_BYTES:
+        raise ValueError(f"confident_learning: its probe's probabilities would be {len(given):,} rows x {classes:,} "
+                         f"classes ({len(given) * classes * 4 / 2**30:.1f} GiB dense, above "
+                         f"{DENSE_PROBE_BYTES / 2**30:.0f} GiB, and a multinomial fit per fold over every class); at "
+                         "this scale use centroid_confident_learning or knn_confident_learning (batched)")
     probs = np.zeros((len(given), classes), np.float32)
     counts = np.bincount(given, minlength=classes)
     splits = min(folds, int(counts[counts > 0].min())) if counts.min() > 0 else folds

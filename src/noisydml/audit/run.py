@@ -18,15 +18,18 @@ from noisydml.audit import detectors
 from noisydml.audit.judge import judge
 
 #: The detectors that need no method, in the order the tables list them: the default set, and every one
-#: (``knn_confident_learning``: confident learning at a benchmark's scale, batched, :mod:`.detectors`).
-DETECTORS = ("datalab", "confident_learning", "knn_confident_learning", "knn_disagreement")
+#: (``knn_confident_learning``, ``centroid_confident_learning``: confident learning at a benchmark's scale, batched,
+#: :mod:`.detectors`).
+DETECTORS = ("datalab", "confident_learning", "knn_confident_learning", "centroid_confident_learning",
+             "knn_disagreement")
 DEFAULT_DETECTORS = ("datalab", "confident_learning", "knn_disagreement")
 #: Where the noise-rate estimate comes from, in order of preference.
-ESTIMATORS = ("confident_learning", "knn_confident_learning")
+ESTIMATORS = ("confident_learning", "centroid_confident_learning", "knn_confident_learning")
 
 
 def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0,
-              detectors_used: tuple[str, ...] = DEFAULT_DETECTORS) -> dict[str, pd.DataFrame]:
+              detectors_used: tuple[str, ...] = DEFAULT_DETECTORS,
+              temperature: float = detectors.CENTROID_TEMPERATURE) -> dict[str, pd.DataFrame]:
     """Detector name -> its scores (audit schema, labels as the run's training-label ids): ``method`` (the run's own
     decisions, where it made any) and ``detectors_used`` (of :data:`DETECTORS`). Each frame carries
     ``attrs['seconds']`` and ``attrs['peak_mib']`` (Python-side allocations, tracemalloc's) of its detector; the
@@ -70,6 +73,8 @@ def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0,
     runners = {"datalab": lambda: back(detectors.datalab(emb, dense, sample_id, k)),
                "confident_learning": probe,
                "knn_confident_learning": lambda: back(detectors.knn_confident_learning(emb, dense, sample_id, k)),
+               "centroid_confident_learning": lambda: back(detectors.centroid_confident_learning(
+                   emb, dense, sample_id, folds, seed, temperature)),
                "knn_disagreement": lambda: back(detectors.knn_disagreement(emb, dense, sample_id, k))}
     for name in detectors_used:
         timed(name, runners[name])

@@ -80,7 +80,8 @@ def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout:
         (tmp / "scores").mkdir()
         for i, (method, seed) in enumerate(runs, start=1):
             folder = layout.run(dataset, noise, method, seed)
-            audits = audit_run(folder, section["k"], section["folds"], seed, tuple(section["detectors"]))
+            audits = audit_run(folder, section["k"], section["folds"], seed, tuple(section["detectors"]),
+                               section["temperature"])
             tag = f"{method}-seed{seed}"
             pd.concat([frame.assign(detector=name) for name, frame in audits.items()]).to_csv(
                 tmp / "scores" / f"{tag}.csv", index=False)

@@ -21,9 +21,10 @@ SECTION = "label_audit"
 #: Where the audit stages write (one folder per dataset and noise setting), relative to the repository root.
 AUDIT_ROOT = Path("audit")
 #: The section's keys, each with its type and lower bound (every one written out in params.yaml).
-KEYS = {"datasets": list, "methods": list, "detectors": list, "k": int, "folds": int, "top": int,
-        "bootstrap_samples": int}
+KEYS = {"datasets": list, "methods": list, "detectors": list, "k": int, "folds": int, "temperature": float,
+        "top": int, "bootstrap_samples": int}
 LOWEST = {"k": 1, "folds": 2, "top": 1, "bootstrap_samples": 100}
+KIND_NAMES = {int: "n integer", float: " number", list: " list"}
 #: The judged figures the report shows, as it names them.
 SHOWN = {"auroc": "AUROC", "auprc": "AUPRC", "precision_at_k": "P@k", "flag_f1": "flag F1"}
 
@@ -32,7 +33,7 @@ def check_section(section: Any, params: dict[str, Any]) -> dict[str, Any]:
     """``figures.label_audit``: ``datasets`` (of ``grid.datasets``; [] = no audit), ``methods`` (of
     ``grid.methods``; [] = every grid method), ``detectors`` (a non-empty list of
     :data:`noisydml.audit.run.DETECTORS`), ``k`` (neighbours of Datalab and kNN disagreement), ``folds`` (of
-    the cross-fitted probe), ``top`` (rows of the contact sheet), ``bootstrap_samples`` (of the paired
+    the cross-fitted probes), ``temperature`` (of the centroid probe's softmax), ``top`` (rows of the contact sheet), ``bootstrap_samples`` (of the paired
     bootstrap)."""
     where = f"figures.{SECTION}"
     if not isinstance(section, dict):
@@ -43,10 +44,12 @@ def check_section(section: Any, params: dict[str, Any]) -> dict[str, Any]:
                           + f"; allowed (each written out): {', '.join(KEYS)}")
     for key, kind in KEYS.items():
         value = section[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ParamsError(f"{where}.{key}: {value!r} is not a{'n integer' if kind is int else ' list'}")
+        if not isinstance(value, (int, float) if kind is float else kind) or isinstance(value, bool):
+            raise ParamsError(f"{where}.{key}: {value!r} is not a{KIND_NAMES[kind]}")
         if kind is int and value < LOWEST[key]:
             raise ParamsError(f"{where}.{key}: {value!r}; allowed: an integer >= {LOWEST[key]}")
+        if kind is float and not value > 0:
+            raise ParamsError(f"{where}.{key}: {value!r}; allowed: a number > 0")
     for key, allowed in (("datasets", params["grid"]["datasets"]), ("methods", params["grid"]["methods"]),
                          ("detectors", DETECTORS)):
         for name in section[key]:
