@@ -95,7 +95,6 @@ def main(argv: list[str]) -> None:
             table.insert(0, "run", str(run))
             print(f"\n{run}: true noise rate {table['noise_rate'].iloc[0]:.3f}, cleanlab's estimate {rate:.3f}")
             print(table.drop(columns=["run", "rows", "noise_rate"]).to_string(index=False, float_format="%.3f"))
-            table["estimated_noise_rate"] = rate
             tables.append(table)
         located = prepared_of(run) if args.sheet or args.clean_csv else None
         if args.sheet:

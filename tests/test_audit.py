@@ -118,12 +118,31 @@ def test_the_centroid_probe_never_scores_a_row_with_a_mean_that_holds_it(monkeyp
     assert not np.array_equal(before[~same_fold], after[~same_fold])  # the other folds' probes did
 
 
-def test_the_dense_probe_refuses_a_benchmark_scale_naming_the_batched_detectors(monkeypatch):
+def test_the_dense_detectors_refuse_a_benchmark_scale_naming_the_batched_ones(monkeypatch):
     monkeypatch.setattr(detectors, "DENSE_PROBE_BYTES", 1000)
     emb, given, true, ids = clusters()
     with pytest.raises(ValueError, match=r"240 rows x 6 classes.*centroid_confident_learning or "
                                          r"knn_confident_learning"):
         detectors.cross_fitted_probabilities(emb, given)
+    with pytest.raises(ValueError, match=r"datalab: .*240 rows x 6 classes.*centroid_confident_learning"):
+        detectors.datalab(emb, given, ids)
+
+
+def test_no_detector_forks_a_process(monkeypatch):
+    """cleanlab's find_label_issues forks a process pool by default; forked from a launcher's Ray worker (threads
+    running) a child hung on an inherited lock. Every detector runs in this process."""
+    import os
+
+    def refuse():
+        raise AssertionError("a detector forked a process")
+
+    monkeypatch.setattr(os, "fork", refuse)
+    emb, given, true, ids = clusters()
+    probs = detectors.cross_fitted_probabilities(emb, given)
+    detectors.confident_learning(probs, given, ids)
+    detectors.estimated_noise_rate(probs, given)
+    for name in ("datalab", "knn_confident_learning", "centroid_confident_learning", "knn_disagreement"):
+        getattr(detectors, name)(emb, given, ids)
 
 
 def test_method_decisions_in_the_schema():

@@ -26,6 +26,12 @@ import pandas as pd
 from noisydml.audit import AUDIT_COLUMNS
 
 
+#: cleanlab's ``find_label_issues`` forks a ``multiprocessing.Pool`` of one process per core by default: forked from a
+#: process with threads running (a Ray worker of ``noisydml launch``: torch's and Ray's), a child can inherit a lock
+#: held by one of them and wait forever (an audit stage hung so, at 0 % CPU). Its results do not depend on it.
+SINGLE_PROCESS = 1
+
+
 def _frame(sample_id, given, score, flagged=None, suggested=None) -> pd.DataFrame:
     n = len(given)
     return pd.DataFrame({
@@ -91,9 +97,15 @@ def datalab(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, k:
     = its ``predicted_label`` where it differs."""
     from cleanlab import Datalab
 
+    if len(given) * (int(given.max()) + 1) * 8 > DENSE_PROBE_BYTES:  # cleanlab 2.9 was killed at 24 GB on SOP
+        raise ValueError(f"datalab: cleanlab builds dense {len(given):,} rows x {int(given.max()) + 1:,} classes "
+                         f"float64 probabilities ({len(given) * (int(given.max()) + 1) * 8 / 2**30:.1f} GiB) and copies "
+                         f"of them, above {DENSE_PROBE_BYTES / 2**30:.0f} GiB; at this scale use "
+                         "centroid_confident_learning or knn_confident_learning (batched)")
     lab = Datalab(data={"label": np.asarray(given)}, label_name="label", verbosity=0)
     lab.find_issues(features=np.ascontiguousarray(_unit(embeddings), dtype=np.float32),
-                    issue_types={"label": {"k": k}})
+                    issue_types={"label": {"k": k, "clean_learning_kwargs": {
+                        "find_label_issues_kwargs": {"n_jobs": SINGLE_PROCESS}}}})
     issues = lab.get_issues("label")
     flagged = issues["is_label_issue"].to_numpy(bool)
     predicted = issues["predicted_label"].to_numpy(np.int64)
@@ -154,8 +166,8 @@ def knn_confident_learning(embeddings: np.ndarray, given: np.ndarray, sample_id:
 
 #: Ours: the softmax temperature of :func:`centroid_confident_learning`'s probe over cosine similarities.
 CENTROID_TEMPERATURE = 0.05
-#: Ours: a dense probe's probabilities (:func:`cross_fitted_probabilities`, N x classes float32) above this many bytes
-#: are refused: the batched detectors do that scale.
+#: Ours: dense N x classes probabilities above this many bytes (:func:`cross_fitted_probabilities`' float32,
+#: :func:`datalab`'s float64) are refused, naming the batched detectors that do that scale.
 DENSE_PROBE_BYTES = 2**30
 
 
@@ -265,7 +277,7 @@ def confident_learning(probs: np.ndarray, given: np.ndarray, sample_id: np.ndarr
     from cleanlab.filter import find_label_issues
     from cleanlab.rank import get_label_quality_scores
 
-    flagged = find_label_issues(given, probs, filter_by="prune_by_noise_rate")
+    flagged = find_label_issues(given, probs, filter_by="prune_by_noise_rate", n_jobs=SINGLE_PROCESS)
     quality = get_label_quality_scores(given, probs, method="normalized_margin")
     predicted = probs.argmax(1)
     return _frame(sample_id, given, 1 - quality, flagged, np.where(flagged & (predicted != given), predicted, -1))

@@ -135,11 +135,13 @@ def training_class_names(run_dir: str | Path) -> pd.Series:
 
 def judged_table(audits: dict[str, pd.DataFrame], is_noisy: pd.Series) -> pd.DataFrame:
     """One row per detector: :func:`noisydml.audit.judge.judge` against ``is_noisy`` (per sample id; the corrupt
-    stage's truth, :func:`truth_of`) on the rows whose truth is known (``rows``: how many)."""
+    stage's truth, :func:`truth_of`) on the rows whose truth is known (``rows``: how many), its seconds, peak MiB and,
+    for a confident-learning detector, its estimate of the noise rate (NaN for the others)."""
     table = []
     for name, frame in audits.items():
         truth = is_noisy.loc[frame["sample_id"].to_numpy()]
         known = truth.notna().to_numpy()  # rows nobody verified are judged neither way
         table.append({"detector": name, **judge(frame[known], truth[known].to_numpy(bool)),
-                      "seconds": frame.attrs.get("seconds"), "peak_mib": frame.attrs.get("peak_mib")})
+                      "seconds": frame.attrs.get("seconds"), "peak_mib": frame.attrs.get("peak_mib"),
+                      "estimated_noise_rate": frame.attrs.get("estimated_noise_rate", np.nan)})
     return pd.DataFrame(table)

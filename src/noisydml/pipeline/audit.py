@@ -6,7 +6,8 @@ What it writes (one folder, replaced whole when the stage finishes):
 - ``scores/<run>-seed<k>.csv``: every detector's per-sample scores of that run in the audit schema
   (:data:`noisydml.audit.AUDIT_COLUMNS`), one ``detector`` column beside them;
 - ``judged.csv``: per run, seed and detector, :func:`noisydml.audit.judge.judge`'s figures, runtime, peak memory,
-  and cleanlab's estimate of the noise rate (rows only where some label is known to be wrong);
+  and the confident-learning detectors' estimates of the noise rate (rows only where some label is known to be
+  wrong);
 - ``differences.csv``: per run and seed, the method's own score against each cleanlab detector, AUROC and AUPRC
   differences with a paired bootstrap over the training rows (:func:`~noisydml.audit.judge.paired_bootstrap`);
 - ``pr_curves.csv``: per run, seed and detector, precision at recall 0, 0.01, ..., 1 (the interpolated curve);
@@ -36,7 +37,7 @@ from noisydml.studies.label_audit import AUDIT_ROOT, SECTION, check_section
 #: The recall grid of ``pr_curves.csv``.
 RECALL_GRID = np.linspace(0, 1, 101)
 #: The cleanlab detectors the method's own score is compared with in ``differences.csv`` (those audited).
-COMPARED_WITH = ("confident_learning", "knn_confident_learning", "datalab")
+COMPARED_WITH = ("confident_learning", "knn_confident_learning", "centroid_confident_learning", "datalab")
 
 
 def audited_runs(params: dict, dataset: str, noise: str, section: dict, layout: Layout) -> list[tuple[str, int]]:
@@ -93,23 +94,11 @@ def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout:
                   f" (of the {int(truth.notna().sum())} rows whose truth is known)", flush=True)
             if not known_noise(truth):  # nothing known to be wrong: nothing to judge
                 continue
-            keys = {"method": method, "seed": seed}
-            table = judged_table(audits, truth)
-            judged.append(table.assign(**keys, estimated_noise_rate=rate))
-            known = truth[truth.notna()].astype(bool)  # rows nobody verified are judged neither way
-            for name, frame in audits.items():
-                rows = frame[frame["sample_id"].isin(known.index)]
-                curves.append(pd.DataFrame({**keys, "detector": name, "recall": RECALL_GRID, "precision": pr_curve(
-                    rows["score"].to_numpy(), known.loc[rows["sample_id"]].to_numpy())}))
-            if "method" in audits:
-                rows = audits["method"][audits["method"]["sample_id"].isin(known.index)]
-                for other in (name for name in COMPARED_WITH if name in audits):
-                    theirs = audits[other].set_index("sample_id").loc[rows["sample_id"], "score"]
-                    for metric in ("auroc", "auprc"):
-                        differences.append({**keys, "a": "method", "b": other, "metric": metric,
-                                            **paired_bootstrap(rows["score"].to_numpy(), theirs.to_numpy(),
-                                                               known.loc[rows["sample_id"]].to_numpy(), metric,
-                                                               section["bootstrap_samples"], seed)})
+            table, run_curves, run_differences = judged_run(audits, truth, {"method": method, "seed": seed},
+                                                            section["bootstrap_samples"], seed)
+            judged.append(table)
+            curves.append(run_curves)
+            differences += run_differences
         if judged:  # absent where no label is known to be wrong (the clean setting, a dataset of your own)
             pd.concat(judged).to_csv(tmp / "judged.csv", index=False)
             pd.DataFrame(differences).to_csv(tmp / "differences.csv", index=False)
@@ -119,6 +108,28 @@ def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout:
             contact_sheet(layout.run(dataset, noise, *runs[0]), prepared, every, tmp / "sheet", section["top"],
                           f"Suspected labels: {dataset}, {noise} ({len(every)} detector runs)")
     return out
+
+
+def judged_run(audits: dict[str, pd.DataFrame], truth: pd.Series, keys: dict, bootstrap_samples: int, seed: int
+               ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+    """One run's judged rows (:func:`~noisydml.audit.run.judged_table`), precision-recall curves (per detector) and
+    bootstrap differences (the method's own score against each of :data:`COMPARED_WITH` audited), each with
+    ``keys``; on the rows whose truth is known (``truth``: :func:`~noisydml.audit.run.truth_of`)."""
+    known = truth[truth.notna()].astype(bool)  # rows nobody verified are judged neither way
+    curves, differences = [], []
+    for name, frame in audits.items():
+        rows = frame[frame["sample_id"].isin(known.index)]
+        curves.append(pd.DataFrame({**keys, "detector": name, "recall": RECALL_GRID, "precision": pr_curve(
+            rows["score"].to_numpy(), known.loc[rows["sample_id"]].to_numpy())}))
+    if "method" in audits:
+        rows = audits["method"][audits["method"]["sample_id"].isin(known.index)]
+        noisy = known.loc[rows["sample_id"]].to_numpy()
+        for other in (name for name in COMPARED_WITH if name in audits):
+            theirs = audits[other].set_index("sample_id").loc[rows["sample_id"], "score"].to_numpy()
+            differences += [{**keys, "a": "method", "b": other, "metric": metric,
+                             **paired_bootstrap(rows["score"].to_numpy(), theirs, noisy, metric, bootstrap_samples,
+                                                seed)} for metric in ("auroc", "auprc")]
+    return judged_table(audits, truth).assign(**keys), pd.concat(curves, ignore_index=True), differences
 
 
 def contact_sheet(run: Path, prepared: PreparedDataset, audits: dict, folder: Path, top: int, title: str) -> Path:
