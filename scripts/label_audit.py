@@ -25,8 +25,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from noisydml.audit.detectors import CENTROID_TEMPERATURE  # noqa: E402
 from noisydml.audit.clean import cleaned_listing  # noqa: E402 - the package from this checkout
+from noisydml.audit.detectors import CENTROID_TEMPERATURE  # noqa: E402
 from noisydml.audit.run import (DEFAULT_DETECTORS, DETECTORS, audit_run, estimated_rate,  # noqa: E402
                                 judged_table, known_noise, training_class_names, truth_of)
 from noisydml.audit.sheet import rank_suspects  # noqa: E402

@@ -97,11 +97,8 @@ def datalab(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, k:
     = its ``predicted_label`` where it differs."""
     from cleanlab import Datalab
 
-    if len(given) * (int(given.max()) + 1) * 8 > DENSE_PROBE_BYTES:  # cleanlab 2.9 was killed at 24 GB on SOP
-        raise ValueError(f"datalab: cleanlab builds dense {len(given):,} rows x {int(given.max()) + 1:,} classes "
-                         f"float64 probabilities ({len(given) * (int(given.max()) + 1) * 8 / 2**30:.1f} GiB) and copies "
-                         f"of them, above {DENSE_PROBE_BYTES / 2**30:.0f} GiB; at this scale use "
-                         "centroid_confident_learning or knn_confident_learning (batched)")
+    # cleanlab 2.9 builds dense float64 probabilities from the kNN graph, and copies: killed at 24 GB on SOP
+    refuse_dense("datalab", len(given), int(given.max()) + 1, 8, "and copies of them")
     lab = Datalab(data={"label": np.asarray(given)}, label_name="label", verbosity=0)
     lab.find_issues(features=np.ascontiguousarray(_unit(embeddings), dtype=np.float32),
                     issue_types={"label": {"k": k, "clean_learning_kwargs": {
@@ -131,13 +128,9 @@ def knn_probabilities(neighbour_labels: np.ndarray, classes: int) -> np.ndarray:
 def knn_confident_learning(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, k: int = 10,
                            batch_bytes: int = KNN_BATCH_BYTES) -> pd.DataFrame:
     """Confident learning at a benchmark's scale: the out-of-sample probabilities of a kNN vote (``k`` nearest
-    neighbours by cosine, the row itself excluded: :func:`knn_probabilities`), fed to cleanlab's low-memory
-    ``LabelInspector`` in batches of at most ``batch_bytes`` (two passes: per-class confident thresholds, then
-    normalised-margin label quality and the issues). Never an N x classes matrix: memory is the embeddings, the
-    N x k neighbours and one batch. Score = 1 - quality; flagged = its issues; suggested = the vote's top class of a
-    flagged row. The frame's ``attrs['estimated_noise_rate']``: cleanlab's count of issues / N."""
-    from cleanlab.experimental.label_issues_batched import LabelInspector
-
+    neighbours by cosine, the row itself excluded: :func:`knn_probabilities`) in batches of at most ``batch_bytes``
+    through :func:`batched_confident_learning`. Never an N x classes matrix: memory is the embeddings, the N x k
+    neighbours and one batch."""
     from noisydml.neighbours import knn
 
     given = np.asarray(given, np.int64)
@@ -145,21 +138,32 @@ def knn_confident_learning(embeddings: np.ndarray, given: np.ndarray, sample_id:
     _, idx = knn(_unit(embeddings), k)
     neighbour_labels = given[idx]
     step = max(1, batch_bytes // (4 * classes))
-    batches = [slice(i, i + step) for i in range(0, len(given), step)]
-    inspector = LabelInspector(num_class=classes, verbose=False,
+    batches = [np.arange(i, min(i + step, len(given))) for i in range(0, len(given), step)]
+    return batched_confident_learning(given, sample_id, batches,
+                                      lambda rows: knn_probabilities(neighbour_labels[rows], classes))
+
+
+def batched_confident_learning(given: np.ndarray, sample_id: np.ndarray, batches: list[np.ndarray],
+                               probabilities) -> pd.DataFrame:
+    """cleanlab's low-memory ``LabelInspector`` over out-of-sample probabilities made batch by batch
+    (``probabilities(rows)`` -> ``(len(rows), classes)``; ``batches``: row indices covering every row once): one
+    pass for the per-class confident thresholds, one for the normalised-margin label quality and the issues.
+    Score = 1 - quality; flagged = its issues; suggested = the top class of a flagged row;
+    ``attrs['estimated_noise_rate']`` = cleanlab's count of issues / N."""
+    from cleanlab.experimental.label_issues_batched import LabelInspector
+
+    inspector = LabelInspector(num_class=int(given.max()) + 1, verbose=False, store_results=True,
                                quality_score_kwargs={"method": "normalized_margin"})
     for rows in batches:
-        inspector.update_confident_thresholds(given[rows], knn_probabilities(neighbour_labels[rows], classes))
-    quality, top = [], []
+        inspector.update_confident_thresholds(given[rows], probabilities(rows))
+    quality, top = np.empty(len(given)), np.empty(len(given), np.int64)
     for rows in batches:
-        probs = knn_probabilities(neighbour_labels[rows], classes)
-        quality.append(inspector.score_label_quality(given[rows], probs))
-        top.append(probs.argmax(1))
+        probs = probabilities(rows)
+        quality[rows] = inspector.score_label_quality(given[rows], probs)
+        top[rows] = probs.argmax(1)
     flagged = np.zeros(len(given), bool)
-    flagged[inspector.get_label_issues()] = True
-    predicted = np.concatenate(top)
-    frame = _frame(sample_id, given, 1 - np.concatenate(quality), flagged,
-                   np.where(flagged & (predicted != given), predicted, -1))
+    flagged[np.concatenate(batches)[inspector.get_label_issues()]] = True  # its indices follow the batches' order
+    frame = _frame(sample_id, given, 1 - quality, flagged, np.where(flagged & (top != given), top, -1))
     frame.attrs["estimated_noise_rate"] = inspector.get_num_issues(silent=True) / len(given)
     return frame
 
@@ -169,6 +173,16 @@ CENTROID_TEMPERATURE = 0.05
 #: Ours: dense N x classes probabilities above this many bytes (:func:`cross_fitted_probabilities`' float32,
 #: :func:`datalab`'s float64) are refused, naming the batched detectors that do that scale.
 DENSE_PROBE_BYTES = 2**30
+
+
+def refuse_dense(detector: str, rows: int, classes: int, item_bytes: int, besides: str) -> None:
+    """Refuse a detector whose dense ``rows`` x ``classes`` probabilities (``item_bytes`` each; ``besides``: what
+    else it costs) would pass :data:`DENSE_PROBE_BYTES`, naming the batched detectors that do that scale."""
+    size = rows * classes * item_bytes
+    if size > DENSE_PROBE_BYTES:
+        raise ValueError(f"{detector}: its probabilities would be {rows:,} rows x {classes:,} classes "
+                         f"({size / 2**30:.1f} GiB dense, above {DENSE_PROBE_BYTES / 2**30:.0f} GiB, {besides}); at "
+                         "this scale use centroid_confident_learning or knn_confident_learning (batched)")
 
 
 def class_folds(given: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
@@ -192,13 +206,9 @@ def centroid_confident_learning(embeddings: np.ndarray, given: np.ndarray, sampl
     folds (:func:`class_folds`) the probe is the nearest-class-mean classifier of the other folds' rows (a linear
     probe: one unit weight vector per class, the class's mean direction; softmax over cosine similarities at
     ``temperature``), and it scores the fold's rows, so no row is scored by a model that saw it. A class with no
-    row in the other folds gets probability :data:`KNN_PROBABILITY_FLOOR`. The probabilities go to cleanlab's
-    low-memory ``LabelInspector`` in batches of at most ``batch_bytes`` (as :func:`knn_confident_learning`): memory
-    is the embeddings, two classes x dim matrices and one batch, never N x classes. Score = 1 - normalised-margin
-    quality; flagged = its issues; suggested = the probe's top class of a flagged row;
-    ``attrs['estimated_noise_rate']`` = cleanlab's count of issues / N."""
-    from cleanlab.experimental.label_issues_batched import LabelInspector
-
+    row in the other folds gets probability :data:`KNN_PROBABILITY_FLOOR`. The probabilities go through
+    :func:`batched_confident_learning` in batches of at most ``batch_bytes``, fold by fold: memory is the
+    embeddings, two classes x dim matrices and one batch, never N x classes."""
     x = _unit(embeddings)
     given = np.asarray(given, np.int64)
     classes = int(given.max()) + 1
@@ -229,20 +239,7 @@ def centroid_confident_learning(embeddings: np.ndarray, given: np.ndarray, sampl
         probs = np.maximum(probs, KNN_PROBABILITY_FLOOR)
         return probs / probs.sum(1, keepdims=True)
 
-    inspector = LabelInspector(num_class=classes, verbose=False, store_results=True,
-                               quality_score_kwargs={"method": "normalized_margin"})
-    for rows in batches:
-        inspector.update_confident_thresholds(given[rows], probabilities(rows))
-    quality, top = np.empty(len(given)), np.empty(len(given), np.int64)
-    for rows in batches:
-        probs = probabilities(rows)
-        quality[rows] = inspector.score_label_quality(given[rows], probs)
-        top[rows] = probs.argmax(1)
-    flagged = np.zeros(len(given), bool)
-    flagged[np.concatenate(batches)[inspector.get_label_issues()]] = True
-    frame = _frame(sample_id, given, 1 - quality, flagged, np.where(flagged & (top != given), top, -1))
-    frame.attrs["estimated_noise_rate"] = inspector.get_num_issues(silent=True) / len(given)
-    return frame
+    return batched_confident_learning(given, sample_id, batches, probabilities)
 
 
 def cross_fitted_probabilities(embeddings: np.ndarray, given: np.ndarray, folds: int = 5, seed: int = 0,
@@ -255,11 +252,7 @@ def cross_fitted_probabilities(embeddings: np.ndarray, given: np.ndarray, folds:
 
     x = _unit(embeddings).astype(np.float32)
     classes = int(given.max()) + 1
-    if len(given) * classes * 4 > DENSE_PROBE_BYTES:
-        raise ValueError(f"confident_learning: its probe's probabilities would be {len(given):,} rows x {classes:,} "
-                         f"classes ({len(given) * classes * 4 / 2**30:.1f} GiB dense, above "
-                         f"{DENSE_PROBE_BYTES / 2**30:.0f} GiB, and a multinomial fit per fold over every class); at "
-                         "this scale use centroid_confident_learning or knn_confident_learning (batched)")
+    refuse_dense("confident_learning", len(given), classes, 4, "and a multinomial fit per fold over every class")
     probs = np.zeros((len(given), classes), np.float32)
     counts = np.bincount(given, minlength=classes)
     splits = min(folds, int(counts[counts > 0].min())) if counts.min() > 0 else folds

@@ -33,8 +33,8 @@ def check_section(section: Any, params: dict[str, Any]) -> dict[str, Any]:
     """``figures.label_audit``: ``datasets`` (of ``grid.datasets``; [] = no audit), ``methods`` (of
     ``grid.methods``; [] = every grid method), ``detectors`` (a non-empty list of
     :data:`noisydml.audit.run.DETECTORS`), ``k`` (neighbours of Datalab and kNN disagreement), ``folds`` (of
-    the cross-fitted probes), ``temperature`` (of the centroid probe's softmax), ``top`` (rows of the contact sheet), ``bootstrap_samples`` (of the paired
-    bootstrap)."""
+    the cross-fitted probes), ``temperature`` (of the centroid probe's softmax), ``top`` (rows of the contact
+    sheet), ``bootstrap_samples`` (of the paired bootstrap)."""
     where = f"figures.{SECTION}"
     if not isinstance(section, dict):
         raise ParamsError(f"{where}: expected a mapping with keys {', '.join(KEYS)}; got {section!r}")
