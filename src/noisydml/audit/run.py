@@ -14,15 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from noisydml.audit import detectors
+from noisydml.audit import DEFAULT_DETECTORS, DETECTORS, detectors
 from noisydml.audit.judge import judge
 
-#: The detectors that need no method, in the order the tables list them: the default set, and every one
-#: (``knn_confident_learning``, ``centroid_confident_learning``: confident learning at a benchmark's scale, batched,
-#: :mod:`.detectors`).
-DETECTORS = ("datalab", "confident_learning", "knn_confident_learning", "centroid_confident_learning",
-             "knn_disagreement")
-DEFAULT_DETECTORS = ("datalab", "confident_learning", "knn_disagreement")
 #: Where the noise-rate estimate comes from, in order of preference.
 ESTIMATORS = ("confident_learning", "centroid_confident_learning", "knn_confident_learning")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from noisydml import io
-from noisydml.audit.run import DETECTORS
+from noisydml.audit import DETECTORS
 from noisydml.schema import ParamsError
 from noisydml.studies.base import ReportContext, Study
 
@@ -32,7 +32,7 @@ SHOWN = {"auroc": "AUROC", "auprc": "AUPRC", "precision_at_k": "P@k", "flag_f1":
 def check_section(section: Any, params: dict[str, Any]) -> dict[str, Any]:
     """``figures.label_audit``: ``datasets`` (of ``grid.datasets``; [] = no audit), ``methods`` (of
     ``grid.methods``; [] = every grid method), ``detectors`` (a non-empty list of
-    :data:`noisydml.audit.run.DETECTORS`), ``k`` (neighbours of Datalab and kNN disagreement), ``folds`` (of
+    :data:`noisydml.audit.DETECTORS`), ``k`` (neighbours of Datalab and kNN disagreement), ``folds`` (of
     the cross-fitted probes), ``temperature`` (of the centroid probe's softmax), ``top`` (rows of the contact
     sheet), ``bootstrap_samples`` (of the paired bootstrap)."""
     where = f"figures.{SECTION}"
