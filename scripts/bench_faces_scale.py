@@ -3,12 +3,17 @@
 
     python scripts/bench_faces_scale.py                          # 1,000 / 2,000 / 4,000 identities x 20 images
     python scripts/bench_faces_scale.py --classes 500 1000 --images-per-class 10
+    python scripts/bench_faces_scale.py --series 1 2 4           # 100K identities x 1 / 2 / 4 images: SGM by part
 
 Per class count, each part in a fresh process (its peak RSS is its own): SGM's pass (Algs. 1, 2 and 3-4, the
 ``dcq_sgps`` defaults: one synchronous round per epoch here, the paper's asynchronous server), the PCS memory's
 class-centre sums (``classes x d`` float64) and one step of PCS + Eq. 18 against a full class queue of 8,192 keys
 (batch 512). Prints seconds and peak MiB per part, then the fitted growth (a power law in the class count) and
 its extrapolation, with the sizes that need no measurement: the feature bank (``N x d`` float32), the queue.
+
+``--series``: MS1MV0's 100K identities at a few images each, SGM's three parts (Alg. 1, Alg. 2, Algs. 3-4) each
+with its seconds and the process's peak memory while it ran (sampled every 0.2 s), one fresh process per size;
+then how each grows with the rows.
 """
 
 from __future__ import annotations
@@ -75,14 +80,97 @@ def part(name: str, classes: int, per_class: int) -> dict:
             "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **extra}
 
 
+def sgm_by_part(classes: int, per_class: int) -> dict:
+    """SGM's parts on ``classes x per_class`` rows, as :func:`run_sgm` runs them, each with its seconds and the peak
+    resident memory sampled while it ran."""
+    import threading
+
+    import numpy as np
+
+    from noisydml.config import load_params
+    from noisydml.methods.parts import sgm as S
+    from noisydml.pipeline.check import check_all
+
+    cfg = check_all(load_params("params.yaml"))["methods"]["dcq_sgps"]["sgm"]
+    emb, labels = embeddings(classes, per_class)
+
+    def rss() -> float:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS"))
+
+    peak = [rss()]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.2):
+            peak[0] = max(peak[0], rss())
+
+    threading.Thread(target=watch, daemon=True).start()
+    out = {"classes": classes, "rows": len(labels), "start_mib": rss()}
+
+    def timed(name, fn):
+        peak[0] = rss()
+        t0 = time.perf_counter()
+        value = fn()
+        out[f"{name}_s"] = time.perf_counter() - t0
+        out[f"{name}_peak_mib"] = max(peak[0], rss())
+        return value
+
+    intra = timed("alg1", lambda: S.intra_class_subgroups(emb, labels, cfg["lambda_max"], cfg["lambda_min"]))
+    tau_k, tau_max, cell = S.sgm_sizes(cfg, len(labels), len(np.unique(labels)))
+    _, merges = timed("alg2", lambda: S.bottom_up(emb, intra, tau_k, tau_max, cfg["merge_min_similarity"],
+                                                  cfg["meta_merge_similarity"], cfg["neighbours"]))
+    timed("alg34", lambda: S.top_down(emb, intra, cell, np.random.default_rng(0)))
+    stop.set()
+    out["alg2_knn_s"] = merges.pop("seconds_knn", 0.0)
+    return {**out, "subgroups": intra.count, **merges}
+
+
+def series(per_class: list[int], classes: int = MS1MV0_CLASSES) -> None:
+    import numpy as np
+
+    rows = []
+    for k in per_class:
+        out = subprocess.run([sys.executable, __file__, "--part", "series", "--classes", str(classes),
+                              "--images-per-class", str(k)], capture_output=True, text=True, check=True).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+        print(json.dumps(rows[-1]))
+    print("\n| rows | subgroups | Alg. 1 s / MiB above start | Alg. 2 s (its k-NN search) / MiB | "
+          "Algs. 3-4 s / MiB |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        cells = [f"{r[f'{p}_s']:.1f}" + (f" ({r['alg2_knn_s']:.1f})" if p == "alg2" else "")
+                 + f" / {r[f'{p}_peak_mib'] - r['start_mib']:,.0f}" for p in ("alg1", "alg2", "alg34")]
+        print(f"| {r['rows']:,} | {r['subgroups']:,} | " + " | ".join(cells) + " |")
+    if len(rows) > 1:
+        x = np.log([r["rows"] for r in rows])
+        figures = {"alg1 s": [r["alg1_s"] for r in rows], "alg2 k-NN s": [r["alg2_knn_s"] for r in rows],
+                   "alg2 rest s": [r["alg2_s"] - r["alg2_knn_s"] for r in rows],
+                   "alg34 s": [r["alg34_s"] for r in rows]}
+        figures.update({f"{p} MiB above start": [r[f"{p}_peak_mib"] - r["start_mib"] for r in rows]
+                        for p in ("alg1", "alg2", "alg34")})
+        for what, values in figures.items():
+            slope, intercept = np.polyfit(x, np.log(np.maximum(values, 1e-3)), 1)
+            print(f"  {what} ~ rows^{slope:.2f}: {np.exp(intercept) * MS1MV0_IMAGES ** slope:,.0f} at "
+                  f"{MS1MV0_IMAGES:,} rows (extrapolated from {len(rows)} sizes)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--classes", type=int, nargs="+", default=[1000, 2000, 4000])
     parser.add_argument("--images-per-class", type=int, default=20)
+    parser.add_argument("--series", type=int, nargs="+", metavar="IMAGES_PER_IDENTITY",
+                        help="SGM by part at 100K identities x each of these images per identity")
     parser.add_argument("--part", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.part == "series":
+        print(json.dumps(sgm_by_part(args.classes[0], args.images_per_class)))
+        return
     if args.part:
         print(json.dumps(part(args.part, args.classes[0], args.images_per_class)))
+        return
+    if args.series:
+        series(args.series)
         return
     import numpy as np
 

@@ -1,6 +1,7 @@
 """PRISM's selection at benchmark scale: scorable share, fallback rate, selection precision and recall.
 
     python scripts/bench_prism_scale.py [--batches 300]
+    python scripts/bench_prism_scale.py --profiles     # every profile's setting: references/prism_selection_scale.json
 
 Simulates P x K batches (16 labels x 4 samples, sampled by noisy label as the trainer does) of
 class-structured embeddings with 50% symmetric noise, at SOP's size (11,318 training classes) and
@@ -13,13 +14,16 @@ quantile of 1.0 never enters the window). Cars-sized (98 classes) is the control
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from noisydml.methods.parts.prism import ClassCentreMemory, SlidingThreshold, clean_probability
+from noisydml.pipeline.profiles import KEPT_SHARES  # where --profiles writes, the profiles table reads
 
 
 class AuthorsThreshold:
@@ -51,16 +55,21 @@ class AuthorsThreshold:
 
 
 def simulate(num_classes: int, memory_size: int = 8192, batches: int = 300, noise: float = 0.5, dim: int = 64,
-             rule: str = "ours", seed: int = 0) -> dict[str, float]:
+             rule: str = "ours", seed: int = 0, noise_rate: float | None = None, classes_per_batch: int = 16,
+             per_class: int = 4) -> dict[str, float]:
+    """One simulation: ``batches`` P x K batches (``classes_per_batch`` x ``per_class``) with ``noise`` symmetric
+    noise through PRISM's memory of ``memory_size`` and the ``rule``'s threshold at R = ``noise_rate`` (default:
+    ``noise``)."""
+    noise_rate = noise if noise_rate is None else noise_rate
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     centres = F.normalize(torch.randn(num_classes, dim, generator=gen), dim=1)
     memory = ClassCentreMemory(memory_size, dim, num_classes)
-    threshold = (SlidingThreshold if rule == "ours" else AuthorsThreshold)(noise, 30)
+    threshold = (SlidingThreshold if rule == "ours" else AuthorsThreshold)(noise_rate, 30)
     counts = dict(scorable=0, seen=0, fallback=0, empty=0, kept=0, kept_scorable=0, kept_scorable_clean=0,
                   scorable_clean=0)
     for _ in range(batches):
-        labels = np.repeat(rng.choice(num_classes, 16, replace=False), 4)
+        labels = np.repeat(rng.choice(num_classes, classes_per_batch, replace=False), per_class)
         noisy = rng.random(len(labels)) < noise
         true = np.where(noisy, (labels + rng.integers(1, num_classes, len(labels))) % num_classes, labels)
         emb = F.normalize(centres[true] * 2.0 + 0.5 * torch.randn(len(labels), dim, generator=gen), dim=1)
@@ -90,11 +99,43 @@ def simulate(num_classes: int, memory_size: int = 8192, batches: int = 300, nois
     }
 
 
+def profiles_kept_shares(batches: int) -> dict:
+    """Both rules at every selection setting of every profile (50 % symmetric noise simulated)."""
+    from noisydml.pipeline.plan import selection_settings
+    from noisydml.pipeline.profiles import load_profiles, params_after
+
+    settings = {}
+    for name, profile in load_profiles().items():
+        for s in selection_settings(params_after(profile["set"])):
+            settings.setdefault(json.dumps(s, sort_keys=True), []).append(name)
+    rows = []
+    for key, names in settings.items():
+        s = json.loads(key)
+        row = {**s, "profiles": sorted(set(names))}
+        for rule in ("ours", "authors"):
+            t0 = time.perf_counter()
+            r = simulate(s["classes"], s["memory_size"], batches=batches, rule=rule, noise_rate=s["noise_rate"],
+                         classes_per_batch=s["classes_per_batch"], per_class=s["per_class"])
+            row[rule] = {k: round(v, 4) for k, v in r.items()}
+            print(f"{s} {rule}: kept of scorable {r['kept_share_of_scorable']:.3f}, scorable {r['scorable_share']:.3f} "
+                  f"({time.perf_counter() - t0:.1f} s)")
+        rows.append(row)
+    return {"batches": batches, "noise": 0.5, "settings": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--profiles", action="store_true",
+                        help=f"every profile's selection settings, both rules, written to {KEPT_SHARES}")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    if args.profiles:
+        out = profiles_kept_shares(args.batches)
+        Path(KEPT_SHARES).parent.mkdir(parents=True, exist_ok=True)
+        Path(KEPT_SHARES).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"{KEPT_SHARES}: written")
+        return
     print(f"{'size':<8} {'classes':>7} {'rule':<8} {'scorable':>8} {'fallback':>8} {'empty w':>7} {'kept':>6} "
           f"{'kept/s':>6} {'clean':>6} {'precision':>9} {'recall':>6}  (kept/s, clean, precision, recall: over scorable "
           f"samples; {args.batches} batches of 16 x 4, R 0.5, M 8,192)")

@@ -331,7 +331,7 @@ def test_the_sheet_refuses_a_row_that_is_not_a_training_row():
     class Prepared:
         manifest = pd.DataFrame({"split": ["train", "train", "test"]})
         images = np.zeros((3, 2, 2, 1), np.uint8)
-        stored_as_files = False
+        stored_as_files = decoded_per_batch = False
 
     assert len(training_images(Prepared(), np.array([0, 1]))) == 2
     with pytest.raises(ValueError, match="sample 2 is not a training row"):

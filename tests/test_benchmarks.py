@@ -300,3 +300,41 @@ def test_the_embedded_dataset_downloads_nothing(tmp_path, raw_params):
     params = validate_all(raw_params)
     record = download(params, "glyphs", Layout(tmp_path))
     assert record == {"dataset": "glyphs", "kind": "glyphs", "note": "kind 'glyphs': nothing to download"}
+
+
+def _items_with(counts: dict[str, int]) -> pd.DataFrame:
+    """Rows with exactly ``counts`` (``<split>_samples`` / ``<split>_classes``), as a layout function returns them."""
+    parts = []
+    for split in ("train", "test", "query", "gallery"):
+        samples = counts.get(f"{split}_samples", counts.get(f"{split}_classes", 0) * 3)
+        classes = counts.get(f"{split}_classes", 0)
+        if samples:
+            group = "test" if split in ("query", "gallery") else split  # In-Shop's query and gallery share classes
+            names = [f"{group}{i % max(classes, 1)}" for i in range(samples)]
+            parts.append(pd.DataFrame({"path": [f"{split}/{i}.jpg" for i in range(samples)], "class_name": names,
+                                       "split": split, "is_clean": np.nan}))
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.mark.parametrize("kind", sorted(BENCHMARKS))
+def test_each_benchmark_s_identity_is_checked_by_its_counts(kind):
+    """Per benchmark: its official counts pass; one training image more or fewer, or one class fewer, is refused
+    before anything is verified or trained, naming the figure the files give and the official one."""
+    from noisydml.data.benchmarks import check_counts
+
+    bench = BENCHMARKS[kind]
+    cfg = {"expect": {}, "test_images": "all"}
+    official = bench.official_counts(cfg)
+    counts = {**official, **bench.min_counts}
+    assert check_counts(kind, _items_with(counts), official, at_least=bench.min_counts)["train_classes"] == \
+        counts["train_classes"]
+    key = "train_samples" if "train_samples" in official else "test_samples"
+    for changed in ({key: counts[key] - 1}, {"train_classes": counts["train_classes"] - 1}):
+        wrong = {**counts, **changed}
+        what, value = next(iter(changed.items()))
+        with pytest.raises(DatasetError, match=f"{what.replace('_', ' ')}: the official count is "
+                                               f"{official[what]:,}, the files give {value:,}"):
+            check_counts(kind, _items_with(wrong), official, at_least=bench.min_counts)
+    for what, least in bench.min_counts.items():  # CARS-98N: images fetched from the web, fewer is refused
+        with pytest.raises(DatasetError, match=f"{least - 1:,} found, the paper's data has {least:,}"):
+            check_counts(kind, _items_with({**counts, what: least - 1}), official, at_least=bench.min_counts)

@@ -251,6 +251,11 @@ def test_cleaned_twin_has_no_noise_and_merges_conflicts(tmp_path):
     ({"pairs_per_fold": 7}, "pairs_per_fold: 7 is odd"),
     ({"min_images": 9, "max_images": 5}, "max_images: 5 is below min_images"),
     ({"local_dir": "x"}, "read only with source: local"),
+    ({"source": "local", "local_dir": "x"}, r"release: 'synthetic' with source 'local'; allowed: ms1mv0, "),
+    ({"release": "ms1mv2"}, "release: 'ms1mv2' with source 'synthetic'; allowed: synthetic"),
+    ({"source": "local", "local_dir": "x", "release": "ms1mv0", "variant": "cleaned"},
+     "variant: 'cleaned', but release 'ms1mv0' is the noisy set; allowed: noisy"),
+    ({"storage": "files"}, "storage"),
 ])
 def test_bad_faces_params_are_named(over, message):
     with pytest.raises(ValueError, match=message):
@@ -269,7 +274,7 @@ def test_local_source_reads_insightface_files(prepared, tmp_path):
     (src / "truth.csv").unlink()
     (src / "identities.csv").unlink()
     shutil.rmtree(src / "IJB")
-    local = small_cfg(source="local", local_dir=str(src), test_identities=4)
+    local = small_cfg(source="local", local_dir=str(src), test_identities=4, release="unchecked", storage="arrays")
     out = prepare_dataset("emore", local, tmp_path / "prepared")
     manifest = pd.read_csv(tmp_path / "prepared" / "manifest.csv")
     assert "is_clean" not in manifest and info and out["num_test_classes"] == 4  # real data: no truth
@@ -368,3 +373,183 @@ def test_ijb_scoring_keeps_feature_norms_and_weights_by_detector_score(tmp_path)
 
     assert tar([1.0, 1.0, 1.0, 1.0]) == 100.0
     assert tar([0.1, 1.0, 1.0, 1.0]) == 0.0
+
+
+# ------------------------------------------------------------------------------------ the face sets at their size
+def jpeg_records(folder, identities: int, per_identity: int, size: int = 112, header_only=None):
+    """A ``train.rec`` of ``identities x per_identity`` JPEGs (16 distinct encodings, reused: what is measured is
+    the reading, not the pictures); ``header_only=(images, identities)``: record 0 alone, declaring those counts."""
+    import io as _io
+
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if header_only is not None:
+        images, ids = header_only
+        with RecordIOWriter(folder / "train.rec", folder / "train.idx") as w:
+            w.write(0, pack_record([images + 1, images + 1 + ids], b""))
+        return folder
+    pool = []
+    for k in range(16):
+        ramp = (np.add.outer(np.arange(size), np.arange(size)) * (k + 1) % 256).astype(np.uint8)
+        buf = _io.BytesIO()
+        Image.fromarray(np.stack([ramp, ramp[::-1], ramp.T], -1)).save(buf, format="JPEG", quality=90)
+        pool.append(buf.getvalue())
+    labels = np.repeat(np.arange(identities), per_identity)
+    write_face_recordio(folder, labels, [pool[i % len(pool)] for i in range(len(labels))])
+    return folder
+
+
+LOADER_UNDER_CAP = """
+import resource, sys
+import numpy as np
+import torch
+torch.set_num_threads(1)
+from pathlib import Path
+from noisydml.data.face_formats import FaceRecordIO
+from noisydml.data.images import ImageRecords, InputPipeline
+folder, cap, workers = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rec = FaceRecordIO.open(folder)
+records = ImageRecords(folder / "train.rec", rec.offsets, np.arange(len(rec)), 112)
+pipe = InputPipeline(workers=workers)
+batches = [np.arange(i, min(i + 64, len(records))) for i in range(0, len(records), 64)]
+next(iter(pipe.train_batches(records, batches[:1], 0)))  # the decoders and the workers started
+size = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (size + cap, size + cap))  # from here, at most `cap` more bytes mapped
+seen = checksum = 0
+for x in pipe.train_batches(records, batches, 0):
+    seen += len(x)
+    checksum += float(x[:, :, 0, 0].sum())
+print(seen, checksum)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_records_are_read_through_the_loader_under_a_memory_cap_smaller_than_the_decoded_set(tmp_path, workers):
+    """4,000 112-px faces (144 MiB decoded) read by the training loader, in a process whose address space may grow by
+    64 MiB only (RLIMIT_AS): nothing of the set's size is held. With workers, glibc's dynamic mmap threshold lets
+    the parent keep freed batch buffers (up to ~0.5 GB on this set, measured; it does not grow with the set), so that
+    run fixes the threshold, as a training process short of memory would (MALLOC_MMAP_THRESHOLD_)."""
+    import os
+    import subprocess
+    import sys
+
+    folder = jpeg_records(tmp_path / "rec", identities=200, per_identity=20)
+    decoded = 4000 * 112 * 112 * 3
+    cap = 64 * 2**20
+    assert cap < decoded / 2
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2", **({"MALLOC_MMAP_THRESHOLD_": "131072"} if workers else {})}
+    out = subprocess.run([sys.executable, "-c", LOADER_UNDER_CAP, str(folder), str(cap), str(workers)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen, checksum = out.stdout.split()
+    assert int(seen) == 4000
+    # the same pixels as decoding the records one by one (the first pixel's channels of every image)
+    rec = FaceRecordIO.open(folder)
+    expected = sum(float(((np.asarray(rec.image(i))[0, 0].astype(np.float32) / 127.5) - 1.0).sum())
+                   for i in range(len(rec)))
+    assert float(checksum) == pytest.approx(expected, rel=1e-6)
+
+
+def test_faces_in_records_give_the_networks_the_same_inputs_as_arrays(tmp_path):
+    """The same synthetic set prepared both ways: records decoded per batch (0 and 2 loader workers) equal the arrays
+    bit for bit, in training and evaluation batches, strides included (a convolution's algorithm follows them)."""
+    import torch
+
+    from noisydml.data.images import ImageRecords, InputPipeline
+    from noisydml.data.prepared import PreparedDataset
+
+    cfg = small_cfg(train_identities=12)
+    arrays = prepare_dataset("faces", {**cfg, "storage": "arrays"}, tmp_path / "a")
+    records = prepare_dataset("faces", {**cfg, "storage": "records"}, tmp_path / "r")
+    assert records["storage"] == "records" and not (tmp_path / "r" / "images.npy").exists()
+    assert {k: v for k, v in arrays.items() if k not in ("storage", "images_sha256")} == {
+        k: v for k, v in records.items() if k not in ("storage", "images_sha256", "records_file", "records_in")}
+    a, r = PreparedDataset.load(tmp_path / "a"), PreparedDataset.load(tmp_path / "r")
+    assert isinstance(r.images, ImageRecords) and r.decoded_per_batch
+    pd.testing.assert_frame_equal(a.manifest[["sample_id", "label", "split"]].astype({"split": str}),
+                                  r.manifest[["sample_id", "label", "split"]].astype({"split": str}))
+    rows = [np.arange(0, 7), np.arange(30, 41)]
+    for workers in (0, 2):
+        pipe = InputPipeline(workers=workers)
+        for x, y in zip(pipe.train_batches(np.asarray(a.images), rows, 0), pipe.train_batches(r.images, rows, 0)):
+            assert torch.equal(x, y) and x.stride() == y.stride()
+        for x, y in zip(pipe.eval_batches(np.asarray(a.images), 50), pipe.eval_batches(r.images, 50)):
+            assert torch.equal(x, y) and x.stride() == y.stride()
+
+
+def test_an_ms1mv0_row_refuses_a_folder_that_holds_the_refined_release(tmp_path):
+    """record 0 of insightface's faces_ms1m (the refined MS1M-IBUG: 3,804,846 images, ~85K identities) under a
+    profile's MS1MV0 row: refused before any image is read, naming what was found, what MS1MV0 holds, and which
+    release the folder is."""
+    from noisydml.data import DatasetError
+
+    folder = jpeg_records(tmp_path / "faces_ms1m", 0, 0, header_only=(3_804_846, 85_164))
+    cfg = small_cfg(source="local", local_dir=str(folder), release="ms1mv0", variant="noisy")
+    with pytest.raises(DatasetError) as refused:
+        prepare_dataset("ms1mv0", cfg, tmp_path / "prepared")
+    text = str(refused.value)
+    assert "declares 3,804,846 images of 85,164 identities, but release is 'ms1mv0'" in text
+    assert "8,000,000-11,000,000 images of 95,000-101,000 identities" in text
+    assert "those are the counts of 'ms1m_refined'" in text and "faces_ms1m_full" in text
+    assert not (tmp_path / "prepared").exists()
+
+
+@pytest.mark.parametrize("release", list(faces.FACE_RELEASES))
+def test_the_release_check_has_a_case_per_release(release):
+    """Each release's own counts pass; each other release's counts are refused naming them."""
+    from noisydml.data import DatasetError
+
+    spec = faces.FACE_RELEASES[release]
+    cfg = {"release": release}
+    assert faces.check_release("x", cfg, spec.images[0], spec.identities[1])["release_counts"] == {
+        "images": spec.images[0], "identities": spec.identities[1]}
+    for other, them in faces.FACE_RELEASES.items():
+        if other == release:
+            continue
+        with pytest.raises(DatasetError, match=f"those are the counts of '{other}'"):
+            faces.check_release("x", cfg, them.images[0], them.identities[0])
+    with pytest.raises(DatasetError, match="no known release has those counts"):
+        faces.check_release("x", cfg, 1234, 56)
+
+
+def test_labels_come_from_the_identity_records_and_a_mislabelled_range_is_named(tmp_path):
+    folder = jpeg_records(tmp_path / "ok", identities=5, per_identity=3, size=16)
+    rec = FaceRecordIO.open(folder)
+    assert rec.declared == (15, 5) and rec.labels.tolist() == np.repeat(np.arange(5), 3).tolist()
+    assert len(rec.offsets) == 15 and (np.diff(rec.offsets) > 0).all()
+    # identity 1's images carry label 7 in their own headers: the ranges and the headers disagree
+    from noisydml.data import DatasetError
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with RecordIOWriter(bad / "train.rec", bad / "train.idx") as w:
+        w.write(0, pack_record([5, 7], b""))
+        for key, label in enumerate([0, 0, 7, 7], start=1):
+            w.write(key, pack_record(float(label), b"x", key))
+        w.write(5, pack_record([1, 3], b""))
+        w.write(6, pack_record([3, 5], b""))
+    with pytest.raises(DatasetError, match="record 3 is labelled 7 in its header but lies in identity 1's range"):
+        FaceRecordIO.open(bad)
+
+
+def test_verification_features_are_read_a_block_at_a_time_and_equal_one_pass(prepared):
+    """IJB-C's 469,375 crops and their flips were held at once (2 x 17.7 GB); now a block and its flip are the only
+    images alive, and the features are those of one pass."""
+    from noisydml.pipeline.face_features import verification_embeddings
+
+    folder, cfg, info = prepared
+    largest = []
+
+    def pixels(images):
+        largest.append(len(images))
+        return images.reshape(len(images), -1).astype(np.float32)
+
+    blocked = verification_embeddings(pixels, folder, block=7)
+    assert max(largest) == 7
+    largest.clear()
+    whole = verification_embeddings(pixels, folder, block=10**9)
+    assert max(largest) == max(info["source_counts"]["ijb_images"], 2 * 10 * cfg["pairs_per_fold"]) > 7
+    assert set(blocked) == set(whole)
+    for key in whole:
+        np.testing.assert_array_equal(blocked[key], whole[key])

@@ -58,9 +58,13 @@ def test_authors_settings_reach_the_params(applied):
 
 def test_readme_prints_the_generated_profile_and_settings_tables(applied):
     readme = (REPO / PROFILES_PAGE).read_text()
-    text = profiles_table(PROFILES, applied) + "\n" + settings_tables(PROFILES)
+    from noisydml.config import load_params
+    from noisydml.pipeline.check import check_all
+    from noisydml.pipeline.profiles import settings_page
+
+    text = settings_page(PROFILES, applied, check_all(load_params(REPO / "params.yaml")))
     assert readme_with_settings(readme, text) == readme, \
-        f"{PROFILES_PAGE}'s profile tables are stale: python scripts/paper_profile.py settings --write"
+        f"{PROFILES_PAGE}'s profile tables are stale: noisydml profile settings --write"
     assert readme.count(SETTINGS_BEGIN) == readme.count(SETTINGS_END) == 1
 
 
@@ -159,3 +163,63 @@ def test_table_four_profiles_train_faces_under_sgps_settings(applied):
     assert pairwise["methods"]["dcq_sgps"]["positive_source"] == "forward"
     assert pairwise["methods"]["dcq"]["queue_size"] == pairwise["methods"]["dcq_sgps"]["memory_size"] == 8192
 
+
+
+def test_the_plan_gives_every_figure_its_basis_and_says_what_does_not_fit(applied):
+    """sgps/table4_pairwise at MS1MV0's size: the bank (10M x 512 float32) is in the method's buffers, built on the
+    meta device; on the paper's 8 processes it fits the node; on one process the activations of 512 images and their
+    forwarded positives do not, and the plan says so with the figure."""
+    import copy
+
+    from noisydml.pipeline.plan import MACHINE, plan_text, profile_plan
+
+    params = applied["sgps/table4_pairwise"]
+    plan = profile_plan("sgps/table4_pairwise", params)
+    run = plan.largest("gpu")
+    assert run.run == "ms1mv0/clean/dcq_sgps" and run.processes == 8 and run.images == 10_000_000
+    assert run.gpu["method buffers (memories, banks, per-row state)"].bytes >= 10_000_000 * 512 * 4
+    assert run.host["SGM pass"].bytes < 0.2 * MACHINE.host_bytes  # once, on rank 0
+    assert not plan.misfits()
+    text = plan_text(plan)
+    assert "**Fits.**" in text
+    for part in ("gpu", "host", "disk"):
+        assert all(figure.basis for figure in getattr(run, part).values())
+    single = copy.deepcopy(params)
+    single["runtime"]["processes"] = 1
+    misfits = profile_plan("sgps/table4_pairwise", single).misfits()
+    assert misfits and misfits[0].startswith("GPU memory: ms1mv0/clean/dcq_sgps needs ")
+
+
+def test_loader_workers_share_the_cores_among_a_run_s_processes(monkeypatch):
+    import os
+
+    from noisydml.runtime import loader_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert loader_workers({"loader_workers": -1, "processes": 1}) == 63
+    assert loader_workers({"loader_workers": -1, "processes": 8}) == 7
+    assert loader_workers({"loader_workers": 3, "processes": 8}) == 3
+
+
+def test_prism_s_selection_at_sop_scale_keeps_almost_nothing_under_the_authors_rule(applied):
+    """P26 at SOP's scale (11,318 classes, memory 8,192): simulated, the authors' rule keeps a few % of the scorable
+    samples, ours about half; the profiles table and the report's caption say so (from the committed measurement,
+    which must cover every profile's setting)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_prism_scale import simulate
+
+    from noisydml.pipeline.plan import selection_settings
+    from noisydml.pipeline.profiles import kept_shares
+    from noisydml.studies.prism import selection_caption
+
+    settings = selection_settings(applied["prism/table1_sop"])
+    assert {(s["classes"], s["memory_size"]) for s in settings} == {(11318, 8192)}
+    authors = simulate(11318, 8192, batches=100, rule="authors")
+    ours = simulate(11318, 8192, batches=100, rule="ours")
+    assert authors["kept_share_of_scorable"] < 0.1 < 0.4 < ours["kept_share_of_scorable"]
+    for name in PROFILES:  # every profile's setting is in the committed measurement
+        kept_shares(applied[name])
+    caption = "\n".join(selection_caption(REPO / "references" / "prism_selection_scale.json"))
+    assert "PRISM's selection at the papers' scales" in caption and "11,318" in caption and "2.6%" in caption

@@ -72,9 +72,10 @@ def runtime_settings(runtime: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def loader_workers(runtime: dict[str, Any]) -> int:
-    """``runtime.loader_workers`` as a process count: ``-1`` is one per CPU core this process may use, but one
-    (the training process decodes too); 0 or more as written."""
+    """``runtime.loader_workers`` as a process count: ``-1`` is one per CPU core this process may use, shared among
+    the run's ``runtime.processes`` (each rank decodes its own share: 8 ranks on a 64-core node get 7 workers each,
+    not 63), but one (the training process decodes too); 0 or more as written."""
     if runtime["loader_workers"] >= 0:
         return runtime["loader_workers"]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, cores - 1)
+    return max(0, cores // max(1, int(runtime.get("processes", 1))) - 1)

@@ -461,6 +461,68 @@ def write_source(folder: str | Path, cfg: dict, progress=None) -> dict:
     return counts
 
 
+# ------------------------------------------------------------------------------------------- which release it is
+@dataclass(frozen=True)
+class FaceRelease:
+    """A face training set as insightface distributes it: the counts its ``train.rec`` declares (record 0:
+    images and identities, test identities included), exact where the release's own files or its users' configs
+    give them, a range where only a rounded figure is published."""
+
+    title: str
+    folder: str  #: the folder name insightface's code and mirrors use
+    images: tuple[int, int]  #: inclusive range
+    identities: tuple[int, int]
+    basis: str
+
+    def holds(self, images: int, identities: int) -> bool:
+        return self.images[0] <= images <= self.images[1] and self.identities[0] <= identities <= self.identities[1]
+
+    def expected(self) -> str:
+        def span(r):
+            return f"{r[0]:,}" if r[0] == r[1] else f"{r[0]:,}-{r[1]:,}"
+        return f"{span(self.images)} images of {span(self.identities)} identities ({self.basis})"
+
+
+#: The releases a ``source: local`` folder is checked against (``release``); ``unchecked`` skips the check (a set
+#: of your own, labelled as such in the prepared info).
+FACE_RELEASES = {
+    "ms1mv0": FaceRelease("MS1MV0, the raw MS-Celeb-1M crawl (~50% noise)", "faces_ms1m_full", (8_000_000, 11_000_000),
+                          (95_000, 101_000), "Sub-center ArcFace (ECCV 2020) and SGPS IV-A: ~10M images of ~100K "
+                          "identities; no exact count is published, and every cleaned release has at most 5.83M "
+                          "images and 93,431 identities"),
+    "ms1m_refined": FaceRelease("MS1M-IBUG, the refined MS1M", "faces_ms1m", (3_804_846, 3_804_846), (84_000, 86_000),
+                                "3,804,846 images in code that reads faces_ms1m_112x112; insightface's dataset zoo: "
+                                "85K identities, rounded"),
+    "ms1mv2": FaceRelease("MS1MV2 = MS1M-ArcFace", "faces_emore", (5_822_653, 5_822_653), (85_742, 85_742),
+                          "the release's train.rec: 5,822,653 images of 85,742 identities"),
+    "ms1mv3": FaceRelease("MS1MV3 = MS1M-RetinaFace", "ms1m-retinaface-t1", (5_179_510, 5_179_510), (93_431, 93_431),
+                          "arcface_torch's configs/ms1mv3_*: num_image 5,179,510, num_classes 93,431"),
+}
+RELEASES = ("synthetic", *FACE_RELEASES, "unchecked")
+
+
+def check_release(where: str, cfg: dict, images: int, identities: int) -> dict:
+    """Refuse a ``train.rec`` whose declared counts are not the release ``cfg["release"]`` names, saying what was
+    found, what the release holds, and which known release the counts are; returns what the prepared info
+    records."""
+    from noisydml.data import DatasetError
+
+    found = {"images": int(images), "identities": int(identities)}
+    if cfg["release"] in ("synthetic", "unchecked"):
+        return {"release": cfg["release"], "release_counts": found}
+    release = FACE_RELEASES[cfg["release"]]
+    if not release.holds(images, identities):
+        matches = [name for name, r in FACE_RELEASES.items() if r.holds(images, identities)]
+        what = (f"those are the counts of {matches[0]!r} ({FACE_RELEASES[matches[0]].title}, insightface's "
+                f"{FACE_RELEASES[matches[0]].folder})" if matches else "no known release has those counts")
+        raise DatasetError(
+            f"{where}: train.rec declares {images:,} images of {identities:,} identities, but release is "
+            f"{cfg['release']!r} ({release.title}, insightface's {release.folder}), which has "
+            f"{release.expected()}; {what}. Point local_dir at the {release.folder} folder, or set release to what "
+            f"the folder holds (allowed: {', '.join(RELEASES[1:])})")
+    return {"release": cfg["release"], "release_counts": found, "release_title": release.title}
+
+
 # ------------------------------------------------------------------------------------------------- the prepare
 #: The ``faces`` params section (a dataset kind of :mod:`noisydml.data.registry`); every default is ours.
 def schema() -> dict:
@@ -472,6 +534,13 @@ def schema() -> dict:
                              "(MS-Celeb-1M was withdrawn by its publisher: never downloaded)"),
         "local_dir": Field(str, "", help="source local: a folder with train.rec + train.idx and the .bin sets "
                                          "(lfw.bin, cfp_fp.bin, agedb_30.bin), as insightface's faces_emore"),
+        "release": Field(str, "synthetic", choices=RELEASES,
+                         help="which set local_dir must hold, checked against train.rec's counts before anything is "
+                              "read (ms1mv0 = faces_ms1m_full, ms1m_refined = faces_ms1m, ms1mv2 = faces_emore, "
+                              "ms1mv3 = ms1m-retinaface-t1); synthetic for source synthetic; unchecked: your own"),
+        "storage": Field(str, "records", choices=("records", "arrays"),
+                         help="records: the images stay in train.rec, read by byte offset per batch (nothing of "
+                              "the set's size in memory; ours); arrays: decoded once into images.npy (small sets)"),
         "ijb_dir": Field(str, "", help="source local: an IJB-B/C folder (meta/, loose_crop/); '' = none"),
         "ijb_name": Field(str, "ijbc", help="source local: the meta files' prefix (ijbb, ijbc)"),
         "image_size": Field(int, 32, min=8, max=112, help="the side images are rendered or resized to (112: "
@@ -506,6 +575,16 @@ def check(cfg: dict, where: str) -> None:
                           "train.idx and the .bin sets")
     if cfg["source"] == "synthetic" and (cfg["local_dir"] or cfg["ijb_dir"]):
         raise ParamsError(f"{where}: local_dir/ijb_dir are read only with source: local (source is 'synthetic')")
+    if (cfg["source"] == "synthetic") != (cfg["release"] == "synthetic"):
+        allowed = "synthetic" if cfg["source"] == "synthetic" else ", ".join(RELEASES[1:])
+        raise ParamsError(f"{where}.release: {cfg['release']!r} with source {cfg['source']!r}; allowed: {allowed} "
+                          "(the release a local folder must hold is checked against its train.rec)")
+    if cfg["source"] == "local" and cfg["release"] in FACE_RELEASES:
+        noisy = cfg["release"] == "ms1mv0"
+        if (cfg["variant"] == "noisy") != noisy:
+            raise ParamsError(f"{where}.variant: {cfg['variant']!r}, but release {cfg['release']!r} is "
+                              f"{'the noisy set' if noisy else 'a cleaned set'}; allowed: "
+                              f"{'noisy' if noisy else 'cleaned'}")
     if cfg["pairs_per_fold"] % 2:
         raise ParamsError(f"{where}.pairs_per_fold: {cfg['pairs_per_fold']} is odd; allowed: an even number "
                           "(half genuine, half impostor)")
@@ -514,10 +593,13 @@ def check(cfg: dict, where: str) -> None:
 
 
 def prepare(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
-    """The prepared folder of a ``faces`` dataset, read through the real readers: the training set from
-    ``train.rec`` (its last ``test_identities`` identities the retrieval test split), ``is_clean`` and
-    ``noise_truth.csv`` from ``truth.csv`` where one exists (the synthetic source), the verification sets and
-    the IJB set copied under ``verification/``."""
+    """The prepared folder of a ``faces`` dataset, read through the real readers: the release check
+    (:func:`check_release`, on record 0 alone), the training set from ``train.rec`` (its last ``test_identities``
+    identities the retrieval test split; labels from the identity records, no image read), ``is_clean`` and
+    ``noise_truth.csv`` from ``truth.csv`` where one exists (the synthetic source), the verification sets and the
+    IJB set copied under ``verification/``. ``storage: records`` keeps the images in the records file (the
+    synthetic one moved into the prepared folder; a local one referred to where it is); ``arrays`` decodes them
+    into ``images.npy``."""
     import shutil
     import tempfile
 
@@ -526,7 +608,7 @@ def prepare(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 
     from noisydml import io
     from noisydml.data import DatasetError
     from noisydml.data.face_formats import FaceRecordIO, decode_images
-    from noisydml.data.prepared import write_prepared
+    from noisydml.data.prepared import sha256_file, write_prepared, write_prepared_records
 
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -538,14 +620,17 @@ def prepare(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 
                 counts = write_source(source, cfg, bar)
         else:
             source, counts = Path(base_dir) / cfg["local_dir"], {}
+        declared = FaceRecordIO.header(source)
+        if declared is None and cfg["release"] in FACE_RELEASES:
+            raise DatasetError(f"{source / 'train.rec'}: no insightface header record (record 0 with the image and "
+                               f"identity counts), so it cannot be checked as release {cfg['release']!r}; "
+                               "allowed: an insightface training set, or release: unchecked")
+        release = check_release(f"datasets.{name} ({source})", cfg, *(declared or (0, 0)))
         rec = FaceRecordIO.open(source)
         classes = np.unique(rec.labels)
         if len(classes) <= cfg["test_identities"]:
             raise DatasetError(f"{source / 'train.rec'}: {len(classes)} identities, but test_identities is "
                                f"{cfg['test_identities']}; allowed: fewer than {len(classes)}")
-        encoded = [rec.image_bytes(i) for i in tqdm(range(len(rec)), desc=f"prepare {name}: reading train.rec",
-                                                     unit="image", mininterval=5)]
-        images = decode_images(encoded, cfg["image_size"])
         labels = np.searchsorted(classes, rec.labels)
         test_from = len(classes) - cfg["test_identities"]
         split = np.where(labels < test_from, "train", "test").astype(object)
@@ -558,9 +643,26 @@ def prepare(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 
             if not np.array_equal(truth["record"].to_numpy(), rec.image_keys):
                 raise DatasetError(f"{source / 'truth.csv'}: its records are not train.rec's images in order")
             is_clean = truth["noise_kind"].isin(["clean", "duplicate"]).to_numpy(float)
-        info = {"name": name, "kind": "faces", **cfg, "source_counts": counts}
+        info = {"name": name, "kind": "faces", **cfg, "source_counts": counts, **release}
         staged = Path(scratch) / "prepared"
-        info = write_prepared(staged, images, labels, class_names, info, is_clean=is_clean, split=split)
+        if cfg["storage"] == "records":
+            offsets = rec.offsets
+            first = np.asarray(rec.image(0))
+            rec.reader.close()
+            synthetic = cfg["source"] == "synthetic"
+            records_file = source / "train.rec"
+            print(f"prepare {name}: sha256 of {records_file} ({records_file.stat().st_size / 2**30:.2f} GiB)")
+            info = write_prepared_records(
+                staged, "images.rec" if synthetic else str(Path(cfg["local_dir"]) / "train.rec"),
+                "prepared" if synthetic else "base", rec.image_keys, offsets, labels, class_names, info,
+                image_shape=[cfg["image_size"], cfg["image_size"], first.shape[2]],
+                images_sha256=sha256_file(records_file), is_clean=is_clean, split=split,
+                extra_files={"images.rec": records_file, "images.idx": source / "train.idx"} if synthetic else None)
+        else:
+            encoded = [rec.image_bytes(i) for i in tqdm(range(len(rec)), desc=f"prepare {name}: reading train.rec",
+                                                         unit="image", mininterval=5)]
+            images = decode_images(encoded, cfg["image_size"])
+            info = write_prepared(staged, images, labels, class_names, info, is_clean=is_clean, split=split)
         extras = staged / "verification"
         extras.mkdir()
         if truth is not None:

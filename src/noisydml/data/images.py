@@ -1,6 +1,6 @@
 """Where a run's images come from, and how they become network inputs.
 
-Two stores sit behind one interface (:class:`InputPipeline`), so the trainer never knows which it has:
+Three stores sit behind one interface (:class:`InputPipeline`), so the trainer never knows which it has:
 
 - **arrays**: ``(N, H, W, C)`` uint8 in memory (the embedded glyphs). Each batch is converted on the fly by
   :func:`images_to_tensor` (scaled to [-1, 1]); no augmentation. Metrics are bit-identical to
@@ -14,6 +14,10 @@ Two stores sit behind one interface (:class:`InputPipeline`), so the trainer nev
   papers' augmentation (``RandomResizedCrop(crop, scale=(scale_min, 1))`` + horizontal flip), evaluation
   inputs ``Resize(resize)`` + ``CenterCrop(crop)``; both are normalised with the statistics the backbone's
   weights expect (``train.input.normalisation``).
+- **records** (:class:`ImageRecords`): the face sets in insightface's ``train.rec``. Nothing is held but the
+  records' byte offsets; each image is read and decoded when a batch needs it (the same loader and workers as
+  files), then the batch is converted exactly as arrays are (:func:`images_to_tensor`, no augmentation), so a
+  dataset trains the same in either store.
 
 Augmentation is seeded per (run seed, epoch, sample id) (:func:`augmentation_seed`), inside a forked torch RNG:
 the crops do not depend on the number of workers, on the batch a sample falls in, or on whether the run was
@@ -42,6 +46,15 @@ UNIT_STD = (0.5, 0.5, 0.5)
 EVAL = -1
 
 
+def _as_rows(index):
+    """An index into a store's rows as NumPy takes it: a single row stays a (one-row) subset, a tensor an array."""
+    if isinstance(index, (int, np.integer)):
+        return [index]
+    if isinstance(index, torch.Tensor):
+        return index.numpy()
+    return index
+
+
 class ImageFiles:
     """Image files decoded per item: ``paths`` (absolute) and ``keys`` (the manifest's sample ids, which seed each
     sample's augmentation). Indexing with an array, a mask or a slice gives the subset, as a NumPy array would."""
@@ -58,14 +71,74 @@ class ImageFiles:
         return len(self.paths)
 
     def __getitem__(self, index) -> "ImageFiles":
-        if isinstance(index, (int, np.integer)):
-            index = [index]
-        if isinstance(index, torch.Tensor):
-            index = index.numpy()
+        index = _as_rows(index)
         return ImageFiles(self.paths[index], self.keys[index])
 
     def __repr__(self) -> str:
         return f"ImageFiles({len(self)} files)"
+
+
+class ImageRecords:
+    """Images stored as the records of one MXNet RecordIO file (insightface's ``train.rec``), decoded per item from
+    their byte offsets: nothing is held but the file's path and two int64 arrays (16 bytes an image; MS1MV0's 10M
+    images are 160 MB of index, where decoded at 112 px they were 376 GB). ``keys``: the manifest's sample ids;
+    ``size``: the side an image is resized to when its own differs (the prepared ``image_size``). Indexing gives the
+    subset, as :class:`ImageFiles`."""
+
+    channels = 3
+
+    def __init__(self, rec_path: str | Path, offsets, keys, size: int):
+        from noisydml.data.face_formats import RecordFile
+
+        self.rec_path = Path(rec_path)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.keys = np.asarray(keys, dtype=np.int64)
+        self.size = int(size)
+        if self.offsets.shape != self.keys.shape or self.offsets.ndim != 1:
+            raise ValueError(f"ImageRecords: {self.offsets.shape} offsets but {self.keys.shape} keys")
+        self._file = RecordFile(self.rec_path)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, index) -> "ImageRecords":
+        index = _as_rows(index)
+        return ImageRecords(self.rec_path, self.offsets[index], self.keys[index], self.size)
+
+    def __repr__(self) -> str:
+        return f"ImageRecords({len(self)} records of {self.rec_path})"
+
+    def decode(self, row: int) -> np.ndarray:
+        """Row ``row`` as ``(size, size, 3)`` uint8 RGB (bilinear when resized, as the arrays' prepare resizes)."""
+        import io as _io
+
+        from PIL import Image
+
+        from noisydml.data.face_formats import unpack_record
+
+        _, data = unpack_record(self._file.read_at(int(self.offsets[row])))
+        try:
+            with Image.open(_io.BytesIO(data)) as img:
+                img = img.convert("RGB")
+        except Exception as e:  # PIL raises several kinds for a broken image
+            raise OSError(f"cannot decode the image of {self.rec_path}'s record at byte {int(self.offsets[row])} "
+                          f"(sample {int(self.keys[row])}): {e}") from e
+        if img.size != (self.size, self.size):
+            img = img.resize((self.size, self.size), Image.BILINEAR)
+        return np.array(img, dtype=np.uint8)  # writable: torch takes it as it is
+
+    def decoded(self, rows=None) -> np.ndarray:
+        """``(len(rows), size, size, 3)`` uint8 of ``rows`` (all by default): for the few images a page shows."""
+        rows = range(len(self)) if rows is None else rows
+        out = np.empty((len(rows), self.size, self.size, 3), np.uint8)
+        for i, row in enumerate(rows):
+            out[i] = self.decode(int(row))
+        return out
+
+
+def on_disk(images) -> bool:
+    """Whether ``images`` are decoded per batch (:class:`ImageFiles`, :class:`ImageRecords`) rather than arrays."""
+    return isinstance(images, (ImageFiles, ImageRecords))
 
 
 def augmentation_seed(seed: int, epoch: int, key: int) -> int:
@@ -75,15 +148,17 @@ def augmentation_seed(seed: int, epoch: int, key: int) -> int:
 
 def images_to_tensor(images) -> torch.Tensor:
     """uint8 images (N, H, W, C) -> float (N, C, H, W) scaled to [-1, 1]: what every network here is fed from
-    arrays (training, evaluation and pretraining alike)."""
-    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
+    arrays (training, evaluation and pretraining alike) and from records (:class:`ImageRecords`, the same
+    conversion on the decoded batch, so a dataset gives the same inputs whichever of the two stores it is in)."""
+    x = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(images))
+    x = x.permute(0, 3, 1, 2).float()
     return x.div_(127.5).sub_(1.0)
 
 
 def image_channels(images) -> int:
     """Channels of the network input made from ``images`` (arrays: their last axis; files: RGB)."""
-    if isinstance(images, ImageFiles):
-        return ImageFiles.channels
+    if on_disk(images):
+        return images.channels
     return int(images.shape[3]) if images.ndim == 4 else int(images.shape[1])
 
 
@@ -179,6 +254,20 @@ class _FileDataset(torch.utils.data.Dataset):
             return self.train_transform(image)
 
 
+class _RecordDataset(torch.utils.data.Dataset):
+    """Items are ``(row, epoch)``: row ``row`` of ``records`` decoded to ``(H, W, 3)`` uint8; the batch is then
+    converted by :func:`images_to_tensor`, as arrays are (no augmentation: the arrays' protocol)."""
+
+    def __init__(self, records: ImageRecords):
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, item: tuple[int, int]) -> torch.Tensor:
+        return torch.from_numpy(self.records.decode(item[0]))
+
+
 def decode(path: str | Path):
     """The image at ``path`` as an RGB PIL image, fully loaded; an unreadable file names itself."""
     from PIL import Image, UnidentifiedImageError
@@ -231,11 +320,14 @@ class InputPipeline:
         return cls(input_transform(train_cfg), seed, loader_workers(runtime),
                    pin_memory=device is not None and device.type == "cuda")
 
-    def _new_loader(self, files: ImageFiles, batch_sampler, persistent: bool):
+    def _new_loader(self, files: ImageFiles | ImageRecords, batch_sampler, persistent: bool):
+        dataset = (_RecordDataset(files) if isinstance(files, ImageRecords)
+                   else _FileDataset(files, self.transform, self.seed))
         return torch.utils.data.DataLoader(
-            _FileDataset(files, self.transform, self.seed), batch_sampler=batch_sampler, num_workers=self.workers,
+            dataset, batch_sampler=batch_sampler, num_workers=self.workers,
             # with workers the shares are pinned once put together (below)
-            pin_memory=self.pin_memory and not self.workers, worker_init_fn=_worker_init if self.workers else None,
+            pin_memory=self.pin_memory and not self.workers and not isinstance(files, ImageRecords),
+            worker_init_fn=_worker_init if self.workers else None,
             persistent_workers=persistent and self.workers > 0,
             # the loader draws a base seed per iteration (unused: crops are seeded per sample); from its own
             # generator, so the caller's RNG stream does not depend on which store the images are in
@@ -246,8 +338,13 @@ class InputPipeline:
         """The decoded ``batches`` in order. ``purpose`` (``train``, ``extra``: persistent loaders, one per purpose
         and image store, since an extra batch is loaded while a training pass is under way; ``eval``: a loader per
         pass) picks the loader."""
+        # records decode to uint8 batches, converted here as arrays are; files come transformed
+        convert = images_to_tensor if isinstance(files, ImageRecords) else (lambda x: x)
         if not self.workers:
-            yield from self._new_loader(files, batches, persistent=False)
+            pin_here = self.pin_memory and isinstance(files, ImageRecords)  # files are pinned by their loader
+            for x in self._new_loader(files, batches, persistent=False):
+                x = convert(x)
+                yield x.pin_memory() if pin_here else x
             return
         shares = [worker_shares(batch, self.workers) for batch in batches]
         flat = [share for batch in shares for share in batch]
@@ -261,14 +358,14 @@ class InputPipeline:
             loader.batch_sampler.batches = flat
         parts = iter(loader)
         for batch in shares:
-            x = torch.cat([next(parts) for _ in batch])
+            x = convert(torch.cat([next(parts) for _ in batch]))
             yield x.pin_memory() if self.pin_memory else x
 
     def train_batches(self, images, batches: list[np.ndarray], epoch: int,
                       purpose: str = "train") -> Iterator[torch.Tensor]:
         """The inputs of ``batches`` (row indices of ``images``) of training epoch ``epoch``, in order
         (``purpose="extra"``: a method's extra rows, loaded while a ``train`` pass is under way)."""
-        if not isinstance(images, ImageFiles):
+        if not on_disk(images):
             for idx in batches:
                 yield _as_input(images, idx, images_to_tensor)
             return
@@ -277,7 +374,7 @@ class InputPipeline:
     def eval_batches(self, images, batch_size: int) -> Iterator[torch.Tensor]:
         """Every image of ``images`` in row order, ``batch_size`` at a time, without augmentation."""
         blocks = [np.arange(i, min(i + batch_size, len(images))) for i in range(0, len(images), batch_size)]
-        if not isinstance(images, ImageFiles):
+        if not on_disk(images):
             for idx in blocks:
                 yield _as_input(images, slice(int(idx[0]), int(idx[-1]) + 1), images_to_tensor)
             return

@@ -12,8 +12,12 @@ A prepared dataset is a folder with
   - ``files``: the manifest adds ``path`` (relative to ``info.json``'s ``images_root``), ``width``, ``height`` and
     ``sha256`` of every image file, decoded per batch when training (:mod:`noisydml.data.images`): nothing
     scales with the dataset in memory;
-- ``info.json``: kind, storage, counts, image shape (arrays) and ``images_sha256``, the checksum the runs'
-  fingerprints take (of ``images.npy``, or of the files' paths and checksums).
+  - ``records``: the manifest adds ``record`` and ``offset`` (the image's key and byte offset in one MXNet
+    RecordIO file, ``info.json``'s ``records_file``: relative to the prepared folder when ``records_in`` is
+    ``prepared``, else absolute or relative to the directory the pipeline runs in), decoded per batch
+    (:class:`~noisydml.data.images.ImageRecords`): the face sets, whose decoded images would not fit in memory;
+- ``info.json``: kind, storage, counts, image shape (arrays, records) and ``images_sha256``, the checksum the runs'
+  fingerprints take (of ``images.npy``, of the files' paths and checksums, or of the records file).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from noisydml.data import DatasetError
 
 MANIFEST_COLUMNS = ["sample_id", "label", "class_name", "split"]
 FILE_COLUMNS = ["path", "width", "height", "sha256"]
+RECORD_COLUMNS = ["record", "offset"]
+#: Where ``records_file`` lies: in the prepared folder, or where the user's files are (the pipeline's directory).
+RECORDS_IN = ("prepared", "base")
 #: Allowed ``split`` values; a dataset uses train/test or train/query/gallery.
 SPLITS = ("train", "test", "query", "gallery")
 
@@ -160,6 +167,34 @@ def write_prepared_files(
     return info
 
 
+def write_prepared_records(
+    out_dir: str | Path, records_file: str, records_in: str, keys: np.ndarray, offsets: np.ndarray,
+    labels: np.ndarray, class_names: list[str], info: dict, image_shape: list[int], images_sha256: str,
+    is_clean: np.ndarray | None = None, split: np.ndarray | None = None, extra_files: dict[str, Path] | None = None,
+) -> dict:
+    """Write a prepared dataset folder whose images stay records of one RecordIO file, atomically; return its info.
+
+    ``records_file``: the file (see the module docstring; ``records_in``: ``prepared`` or ``base``); ``keys`` and
+    ``offsets``: each sample's record key and byte offset; ``extra_files``: ``{name: path}`` moved into the folder
+    (a ``prepared`` records file among them)."""
+    if records_in not in RECORDS_IN:
+        raise ValueError(f"records_in {records_in!r}; allowed: {', '.join(RECORDS_IN)}")
+    if not (len(keys) == len(offsets) == len(labels)):
+        raise ValueError(f"{len(keys)} record keys, {len(offsets)} offsets and {len(labels)} labels")
+    manifest = _manifest(labels, class_names, split, is_clean)
+    manifest["record"] = np.asarray(keys, np.int64)
+    manifest["offset"] = np.asarray(offsets, np.int64)
+    with io.atomic_dir(out_dir) as tmp:
+        for name, path in (extra_files or {}).items():
+            Path(path).replace(tmp / name)
+        manifest.to_csv(tmp / "manifest.csv", index=False)
+        info = {**info, "storage": "records", "records_file": str(records_file), "records_in": records_in,
+                **_counts(manifest, len(class_names)), "image_shape": list(image_shape),
+                "images_sha256": images_sha256}
+        io.write_json(tmp / "info.json", info)
+    return info
+
+
 @dataclass
 class PreparedDataset:
     root: Path
@@ -172,7 +207,7 @@ class PreparedDataset:
         """``images`` is a read-only memory map of ``images.npy`` (arrays) or
         :class:`~noisydml.data.images.ImageFiles` of every row (files; ``images_root`` resolved against
         ``base_dir``, the directory the pipeline runs in)."""
-        from noisydml.data.images import ImageFiles
+        from noisydml.data.images import ImageFiles, ImageRecords
 
         root = Path(root)
         for name in ("manifest.csv", "info.json"):
@@ -181,16 +216,22 @@ class PreparedDataset:
                     f"{root / name}: missing; run the prepare stage first (dvc repro prepare)"
                 )
         info = io.read_json(root / "info.json")
-        files = info.get("storage", "arrays") == "files"
-        if not files and not (root / "images.npy").is_file():
+        storage = info.get("storage", "arrays")
+        files, records = storage == "files", storage == "records"
+        if storage == "arrays" and not (root / "images.npy").is_file():
             raise FileNotFoundError(f"{root / 'images.npy'}: missing; run the prepare stage first (dvc repro prepare)")
         if files:  # class names and paths are text (a class named "NA" or "1" stays what it is)
             manifest = pd.read_csv(root / "manifest.csv", keep_default_na=False,
                                    dtype={"class_name": str, "path": str, "sha256": str},
                                    na_values={"is_clean": [""]})
+        elif records:  # millions of rows: names and splits as categories, the index as int64 (no string per row)
+            manifest = pd.read_csv(root / "manifest.csv", keep_default_na=False, na_values={"is_clean": [""]},
+                                   dtype={"class_name": "category", "split": "category", "record": np.int64,
+                                          "offset": np.int64, "sample_id": np.int64, "label": np.int64})
         else:
             manifest = pd.read_csv(root / "manifest.csv")
-        missing = set(MANIFEST_COLUMNS + (FILE_COLUMNS if files else [])) - set(manifest.columns)
+        needed = MANIFEST_COLUMNS + (FILE_COLUMNS if files else RECORD_COLUMNS if records else [])
+        missing = set(needed) - set(manifest.columns)
         if missing:
             raise ValueError(f"{root / 'manifest.csv'}: missing columns {sorted(missing)}")
         if not np.array_equal(manifest["sample_id"].to_numpy(), np.arange(len(manifest))):
@@ -198,6 +239,13 @@ class PreparedDataset:
         if files:
             images_root = Path(base_dir) / info["images_root"]
             images = ImageFiles([str(images_root / p) for p in manifest["path"]], manifest["sample_id"].to_numpy())
+        elif records:
+            rec = (root if info["records_in"] == "prepared" else Path(base_dir)) / info["records_file"]
+            if not rec.is_file():
+                raise FileNotFoundError(f"{rec}: missing (the records file {root / 'info.json'} names); "
+                                        "run the prepare stage again (dvc repro prepare)")
+            images = ImageRecords(rec, manifest["offset"].to_numpy(), manifest["sample_id"].to_numpy(),
+                                  info["image_shape"][0])
         else:
             images = np.load(root / "images.npy", mmap_mode="r")
         if len(manifest) != len(images):
@@ -209,6 +257,11 @@ class PreparedDataset:
     @property
     def stored_as_files(self) -> bool:
         return self.info.get("storage", "arrays") == "files"
+
+    @property
+    def decoded_per_batch(self) -> bool:
+        """Images stay on disk (files or records) and are decoded when a batch needs them."""
+        return self.info.get("storage", "arrays") in ("files", "records")
 
     def split(self, name: str) -> pd.DataFrame:
         return self.manifest[self.manifest["split"] == name].reset_index(drop=True)

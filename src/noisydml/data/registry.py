@@ -85,8 +85,13 @@ def _faces_kind() -> DatasetKind:
     def prepare(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
         return faces.prepare(name, cfg, out_dir, base_dir, workers)
 
-    return DatasetKind(schema=faces.schema(), prepare=prepare, extra_check=faces.check,
-                       train_classes=lambda cfg: cfg["train_identities"] if cfg["source"] == "synthetic" else None)
+    def train_classes(cfg: dict) -> int | None:
+        if cfg["source"] == "synthetic":
+            return cfg["train_identities"]
+        release = faces.FACE_RELEASES.get(cfg["release"])  # a range where no exact count is published: its top
+        return release.identities[1] - cfg["test_identities"] if release else None
+
+    return DatasetKind(schema=faces.schema(), prepare=prepare, extra_check=faces.check, train_classes=train_classes)
 
 
 DATASET_KINDS: dict[str, DatasetKind] = {
@@ -186,6 +191,11 @@ _add_benchmarks()
 def prepare_dataset(name: str, cfg: dict, out_dir: str | Path, base_dir: str | Path = ".", workers: int = 0) -> dict:
     """Prepare dataset ``name`` (a validated params section) into ``out_dir``; return its info."""
     return DATASET_KINDS[cfg["kind"]].prepare(name, cfg, Path(out_dir), Path(base_dir), workers)
+
+
+def known_train_classes(cfg: dict) -> int:
+    """The training classes a validated dataset entry has before it is prepared (0: not known until then)."""
+    return int(DATASET_KINDS[cfg["kind"]].train_classes(cfg) or 0)
 
 
 def check_dataset(params: dict, name: str) -> dict:

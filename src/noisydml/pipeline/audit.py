@@ -69,6 +69,8 @@ def training_images(prepared: PreparedDataset, ids: np.ndarray) -> list:
                          "rows only")
     if prepared.stored_as_files:
         return [prepared.images.paths[int(i)] for i in ids]
+    if prepared.decoded_per_batch:  # records: the few rows a page shows, decoded
+        return list(prepared.images.decoded(ids))
     return [prepared.images[int(i)] for i in ids]
 
 

@@ -2,7 +2,7 @@
 
     noisydml check [PARAMS]                 validate all of params.yaml at once
     noisydml launch [-j N] [--dry] ...      the stale stages at once on Ray (as `dvc repro` records them)
-    noisydml profile list|check|settings|lr|show|run|rehearse ...   the papers' tables as `dvc exp run` profiles
+    noisydml profile list|check|plan|settings|lr|show|run|rehearse ...   the papers' tables as `dvc exp run` profiles
     noisydml ui [--port P]                  MLflow's UI on this repository's store
     noisydml guard                          CI's verdict on a regenerated pipeline
 
@@ -76,6 +76,9 @@ def profile_parser(profiles: dict, argv: list[str] = ()) -> argparse.ArgumentPar
     settings.add_argument("--write", action="store_true", help="write them into docs/profiles.md")
     lr = actions.add_parser("lr", help="every profile's learning-rate curve")
     lr.add_argument("png", nargs="?", default="docs/profiles_lr.png", help="where (default: docs/profiles_lr.png)")
+    plan = actions.add_parser("plan", help="hours, GPU memory, host memory and disk, each with its basis, against "
+                                           "the node the profiles are sized for")
+    plan.add_argument("profile", choices=list(profiles), metavar="PROFILE", help="one of `noisydml profile list`")
     for name, text in (("show", "print the profile's `dvc exp run` command"),
                        ("run", "run it: downloads, weights, training, the report (a GPU machine with internet)")):
         action = actions.add_parser(name, help=text)
@@ -105,13 +108,22 @@ def _profile_action(args: argparse.Namespace, profiles: dict) -> int:
             params_after(p["set"])
             print(f"{name}: valid")
     elif args.action == "settings":
-        text = profiles_table(profiles) + "\n" + settings_tables(profiles)
+        from noisydml.config import load_params
+        from noisydml.pipeline.check import check_all
+        from noisydml.pipeline.profiles import settings_page
+
+        applied = {name: params_after(p["set"]) for name, p in profiles.items()}
+        text = settings_page(profiles, applied, check_all(load_params("params.yaml")))
         if args.write:
             page = Path(PROFILES_PAGE)
             page.write_text(readme_with_settings(page.read_text(), text))
             print(f"{page}: profile and settings tables written")
         else:
             print(text)
+    elif args.action == "plan":
+        from noisydml.pipeline.plan import plan_text, profile_plan
+
+        print(plan_text(profile_plan(args.profile, params_after(profiles[args.profile]["set"]))))
     elif args.action == "lr":
         applied = {name: params_after(p["set"]) for name, p in profiles.items()}
         print(f"{lr_curves(profiles, applied, args.png)}: written")

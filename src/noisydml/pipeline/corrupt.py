@@ -29,10 +29,10 @@ def noise_inputs(dataset: str, ds, train, layout: Layout, feature_run: dict | No
 
     def features(cfg: dict):
         if cfg["source"] == "pixels":
-            if ds.stored_as_files:
+            if ds.decoded_per_batch:
                 raise ValueError(f"{dataset}: features source 'pixels' reads in-memory arrays, and this dataset's "
-                                 "images are files; use features source 'run' (a run's embeddings, as the papers' "
-                                 "small-cluster noise does)")
+                                 f"images are {ds.info['storage']}; use features source 'run' (a run's embeddings, "
+                                 "as the papers' small-cluster noise does)")
             t0 = time.perf_counter()
             feats = pixel_features(ds.images[train["sample_id"].to_numpy()], cfg["pca_dim"], cfg["pixel_side"],
                                    seed=0)

@@ -95,6 +95,58 @@ def settings_tables(profiles: dict[str, dict]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _leaves(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, sub in value.items():
+            out.update(_leaves(sub, f"{prefix}.{key}"))
+        return out
+    return {prefix: value}
+
+
+def _field_help(method: str, key: str) -> str:
+    """The help text of ``methods.<method>.<key>``'s field (its source: paper, authors or ours), or ''."""
+    from noisydml.methods import load_spec
+
+    spec = load_spec(method)
+    parts = key.split(".")
+    if len(parts) == 1:
+        field = spec.schema.get(parts[0])
+    else:
+        field = (spec.nested or {}).get(parts[0], {}).get(parts[1])
+    return getattr(field, "help", "") or ""
+
+
+def inherited_tables(profiles: dict[str, dict], applied: dict[str, dict], base: dict) -> str:
+    """Markdown: per paper, every method setting its profiles' runs take from params.yaml unchanged (no ``-S``
+    sets it), with the field's own words on where the value comes from: the settings tables' complement, so that
+    every value a profile trains with is written down."""
+    from noisydml.runs import runs_of
+
+    papers: dict[str, dict[tuple[str, str], list[str]]] = {}
+    for name in profiles:
+        paper, short = name.split("/")
+        params = applied[name]
+        for method in sorted({run.method for run in runs_of(params)}):
+            mine = _leaves(params["methods"][method], method)
+            theirs = _leaves(base["methods"].get(method, {}), method)
+            for key, value in mine.items():
+                if key in theirs and theirs[key] == value and not key.split(".")[1] == "per_noise":
+                    papers.setdefault(paper, {}).setdefault((key, json.dumps(value)), []).append(short)
+    lines = []
+    for paper, rows in papers.items():
+        every = sorted(n.split("/")[1] for n in profiles if n.startswith(f"{paper}/"))
+        lines += [f"<details><summary><b>{paper}</b>: {len(rows)} method settings inherited from params.yaml "
+                  "</summary>", "", "| setting (params.yaml) | profiles | where the value comes from (the field's help) |",
+                  "|---|---|---|"]
+        for (key, value), names in sorted(rows.items()):
+            method, leaf = key.split(".", 1)
+            where = "all" if sorted(set(names)) == every else ", ".join(sorted(set(names)))
+            lines.append(f"| `methods.{key}: {_cell(value)}` | {where} | {_cell(_field_help(method, leaf)) or '-'} |")
+        lines += ["", "</details>", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 #: The GPU-hour estimate's rates, measured once (docs/gpu.md "Figures": scripts/gpu_check.py on one H100, torch
 #: 2.11): training images per second, forward + backward at batch 64, 224 px, float32 (cuDNN's TF32 convolutions),
 #: channels-last off, as the profiles train; evaluation assumed 3x faster (forward only).
@@ -178,8 +230,9 @@ def estimate(params: dict) -> dict[str, float]:
 
 def lr_curves(profiles: dict[str, dict], applied: dict[str, dict], path: str | Path) -> Path:
     """Draw every profile's learning-rate factor over its run (the largest dataset's steps, the full datasets'
-    sizes), one line per distinct curve, into ``path`` (a PNG): the SGPS profiles' fitted warm-up/hold/cosine
-    beside the authors' closed form at the same length, and the PRISM and BSPML profiles' schedules."""
+    sizes), one line per distinct curve, into ``path`` (a PNG): the SGPS retrieval profiles' fitted
+    warm-up/hold/cosine beside the authors' closed form at the same length, the face profiles' steps, and the PRISM
+    and BSPML profiles' schedules."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -197,12 +250,12 @@ def lr_curves(profiles: dict[str, dict], applied: dict[str, dict], path: str | P
             steps = steps_per_epoch(_images(params, dataset)[0], batch)
             key = (json.dumps(train["schedule"], sort_keys=True), train["epochs"], steps)
             curves.setdefault(key, []).append(f"{name} ({dataset})")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.5), sharey=True)
     colours = iter(plt.get_cmap("tab20").colors)
     for (schedule, epochs, steps), names in curves.items():
         schedule = json.loads(schedule)
         total = epochs * steps
-        ax = axes[0] if names[0].startswith("sgps/") else axes[1]
+        ax = axes[1] if names[0].startswith("sgps/table4") else axes[0] if names[0].startswith("sgps/") else axes[2]
         x = np.linspace(0, total - 1, 400).astype(int)
         factor = lr_factor(schedule, epochs, steps)
         label = ", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "")
@@ -212,7 +265,8 @@ def lr_curves(profiles: dict[str, dict], applied: dict[str, dict], path: str | P
             authors = lr_factor({**schedule, "name": "warmup_hold_cosine"}, epochs, steps)
             ax.plot(x, [authors(int(t)) for t in x], ls=":", color=colour)
     axes[0].set_title("SGPS: fitted to the run (dotted: the authors' closed form, periodic)", fontsize=9)
-    axes[1].set_title("PRISM and BSPML: cosine to 0 over the run", fontsize=9)
+    axes[1].set_title("SGPS Table IV (faces): x 0.1 at epochs 4, 8 and 9", fontsize=9)
+    axes[2].set_title("PRISM and BSPML: cosine to 0 over the run", fontsize=9)
     axes[0].set_ylabel("lr / peak lr")
     for ax in axes:
         ax.set_xlabel("optimisation step")
@@ -225,20 +279,72 @@ def lr_curves(profiles: dict[str, dict], applied: dict[str, dict], path: str | P
     return path
 
 
+#: The PRISM selection's kept shares at each profile's scale (``scripts/bench_prism_scale.py --profiles``), in the
+#: repository this module belongs to.
+KEPT_SHARES = Path(__file__).resolve().parents[3] / "references" / "prism_selection_scale.json"
+
+
+def kept_shares(params: dict, path: str | Path = KEPT_SHARES) -> list[dict] | None:
+    """The simulated kept shares of the profile's PRISM selections (both rules), or None when the profile has none;
+    a setting the file lacks is refused, naming the command that measures it."""
+    from noisydml.pipeline.plan import selection_settings
+
+    wanted = selection_settings(params)
+    if not wanted:
+        return None
+    known = json.loads(Path(path).read_text())["settings"] if Path(path).is_file() else []
+    out = []
+    for setting in wanted:
+        match = [k for k in known if all(k[key] == value for key, value in setting.items())]
+        if not match:
+            raise ParamsError(f"{Path(path).name}: no simulated kept share for the PRISM selection {setting}; measure it: "
+                              "python scripts/bench_prism_scale.py --profiles")
+        out.append(match[0])
+    return out
+
+
+def _kept_cell(shares: list[dict] | None) -> str:
+    if shares is None:
+        return "-"
+    cells = sorted({f"{s['authors']['kept_share_of_scorable']:.1%} / {s['ours']['kept_share_of_scorable']:.1%}"
+                    f" ({s['classes']:,} classes, M {s['memory_size']:,}, R {s['noise_rate']:g})" for s in shares})
+    return "; ".join(cells)
+
+
 def profiles_table(profiles: dict[str, dict], applied: dict[str, dict] | None = None) -> str:
-    """Markdown: every profile, what it reproduces, its runs, iterations per run and estimated GPU hours
-    (``applied``: each profile's params after its overrides, when the caller has them)."""
+    """Markdown: every profile, what it reproduces, its runs, iterations per run, estimated GPU hours, what it needs
+    of the node (:mod:`noisydml.pipeline.plan`) and PRISM's kept share at its scale (``applied``: each profile's
+    params after its overrides, when the caller has them)."""
+    from noisydml.pipeline.plan import MACHINE, profile_plan, summary_row
+
     applied = applied or {name: params_after(profile["set"]) for name, profile in profiles.items()}
-    lines = ["| profile | reproduces | runs | iterations per run (largest) | estimated GPU hours |",
-             "|---|---|---|---|---|"]
+    lines = ["| profile | reproduces | runs | iterations per run (largest) | estimated GPU hours | GPU memory per "
+             "process, largest run (GiB) | host memory, runs at once (GiB) | disk (GB) | fits the node | PRISM's "
+             "selection keeps, of scorable samples: authors' rule / ours |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     total = 0.0
     for name, profile in profiles.items():
         est = estimate(applied[name])
         total += est["gpu_hours"]
+        row = summary_row(profile_plan(name, applied[name]))
+        fits = "yes" if row["fits"] else "**no**: " + "; ".join(row["misfits"])
         lines.append(f"| `{name}` | {profile['table']} | {profile['runs']} | {est['iterations']:,} | "
-                     f"{est['gpu_hours']:.1f} |")
-    lines.append(f"| all | | {sum(p['runs'] for p in profiles.values())} | | {total:.0f} |")
+                     f"{est['gpu_hours']:.1f} | {row['gpu_gib']:,.1f} | {row['host_gib']:,.0f} | "
+                     f"{row['disk_gb']:,.0f} | {fits} | {_kept_cell(kept_shares(applied[name]))} |")
+    lines.append(f"| all | | {sum(p['runs'] for p in profiles.values())} | | {total:.0f} | | | | | |")
+    lines += ["", f"The node: {MACHINE.title} (`noisydml profile plan <profile>`: every figure with its basis). "
+              "PRISM's kept share: simulated at the profile's classes, memory, R and P x K with 50 % symmetric "
+              "noise (`scripts/bench_prism_scale.py --profiles`); the authors' rule ranks unscorable samples "
+              "(no class centre in the memory) with the rest at P_clean = 1."]
     return "\n".join(lines) + "\n"
+
+
+def settings_page(profiles: dict[str, dict], applied: dict[str, dict], base: dict) -> str:
+    """The generated block of :data:`PROFILES_PAGE`: the profiles table, the settings each profile sets, and the
+    method settings they inherit (``base``: params.yaml validated)."""
+    return (profiles_table(profiles, applied) + "\n" + settings_tables(profiles)
+            + "\nSettings the profiles inherit from params.yaml unchanged (the defaults; a field's help says whose "
+              "value it is, and `(ours)` marks our choice):\n\n" + inherited_tables(profiles, applied, base))
 
 
 SETTINGS_BEGIN = "<!-- profile settings: generated by noisydml profile settings --write -->"

@@ -38,7 +38,7 @@ TRAIN_CLASSES, TRAIN_PER_CLASS, TEST_CLASSES, TEST_PER_CLASS = 16, 4, 8, 3
 #: The rehearsal's own overrides, appended after the profile's (labelled in the report as a rehearsal).
 RUN_OVERRIDES = ("train.epochs=1", "train.eval_every=1", "train.input.crop=64", "train.input.resize=72",
                  "grid.seeds=[0]", "runtime.loader_workers=0", "runtime.progress=false",
-                 "runtime.prepare_workers=1", "runtime.numerics=portable", "runtime.threads=1",
+                 "runtime.prepare_workers=1", "runtime.numerics=portable", "runtime.threads=1", "runtime.processes=1",
                  "report.rehearsal=true")
 
 
@@ -349,7 +349,9 @@ def rehearsal_overrides(params: dict, base_url: str, files: dict[str, bytes]) ->
     for name in params["grid"]["datasets"]:
         if params["datasets"][name]["kind"] == "faces":  # read from a local folder, as the real releases are
             folder = face_miniature()
-            out += [f"datasets.{name}.local_dir='{folder}'", f"datasets.{name}.ijb_dir='{folder / 'IJB'}'",
+            # the miniature is not the release the profile names: its counts are checked against nothing
+            out += [f"datasets.{name}.local_dir='{folder}'", f"datasets.{name}.release=unchecked",
+                    f"datasets.{name}.ijb_dir='{folder / 'IJB'}'",
                     f"datasets.{name}.ijb_name=ijbc", f"datasets.{name}.image_size={FACE_MINIATURE['image_size']}",
                     f"datasets.{name}.test_identities={FACE_MINIATURE['test_identities']}",
                     f"train.batch.classes={FACE_BATCH_CLASSES}"]

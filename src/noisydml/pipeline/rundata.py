@@ -91,8 +91,8 @@ def load_run_data(dataset: str, noise: str, layout: Layout, validation_classes: 
     if (ds.manifest["split"] == "query").any():  # In-Shop's protocol: queries searched against a gallery
         test_rows = ds.manifest[ds.manifest["split"].isin(["query", "gallery"])].reset_index(drop=True)
         query_mask = (test_rows["split"] == "query").to_numpy()
-    # arrays are read into memory (small); files stay paths, decoded per batch
-    images = ds.images if ds.stored_as_files else np.asarray(ds.images)
+    # arrays are read into memory (small); files and records stay on disk, decoded per batch
+    images = ds.images if ds.decoded_per_batch else np.asarray(ds.images)
     train_images = images[train_rows["sample_id"].to_numpy()]
     labels = noisy["label"].to_numpy()
     sample_ids = train_rows["sample_id"].to_numpy()

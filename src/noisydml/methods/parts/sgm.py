@@ -19,7 +19,9 @@ Readings of the paper (the spec's A-numbers, ``sgps-spec.md``):
   The best pair comes from a heap over a candidate graph (each centroid's ``neighbours`` nearest, by faiss,
   made symmetric; a merged group's candidates are its parts' candidates, its ``neighbours`` most similar kept):
   exact Alg. 2 when ``neighbours >= M_c - 1`` (a test checks it against a direct transcription), the spec's
-  A32 approximation at SOP size. No pair matrix and no Python loop over pairs: the loop is over merges.
+  A32 approximation at SOP size. No pair matrix and no Python loop over pairs: the loop is over merges; the
+  graph's pairs are NumPy arrays, their cosines computed a block at a time (memory measured at 100K subgroups:
+  2.3 GB peak, 15.5 GB when the cosines were one product and each pair a Python tuple).
 - Algs. 3-4 (Eq. 6): the intra-class subgroups (A18), normalised centroids, one cell at first; a cell with at
   least ``cell_size`` (B) samples and more than one subgroup is split by the hyperplane bisecting two of its
   subgroups' centroids, two meta clusters when it has several (A17), drawn with a seeded generator (A16); an
@@ -129,9 +131,56 @@ def _centroid_sums(features: np.ndarray, subgroup: np.ndarray, count: int) -> np
     return sums
 
 
+#: Candidate pairs whose centroid cosine is computed at a time (ours): 65,536 x 512 float64 x 2 sides = 0.5 GB,
+#: where one product over all pairs took 2 x pairs x d x 8 bytes (14.4 GB at 100K subgroups).
+PAIR_BLOCK = 1 << 16
+
+
+def pair_cosines(unit: np.ndarray, pairs: np.ndarray, block: int = PAIR_BLOCK) -> np.ndarray:
+    """``unit[i] . unit[j]`` of every row ``(i, j)`` of ``pairs``, in blocks of ``block`` pairs (float64, the same
+    values as one product)."""
+    out = np.empty(len(pairs), np.float64)
+    for start in range(0, len(pairs), block):
+        rows = pairs[start:start + block]
+        out[start:start + block] = np.einsum("ij,ij->i", unit[rows[:, 0]], unit[rows[:, 1]])
+    return out
+
+
+class _Candidates:
+    """Each group's candidate partners: the k-NN graph's, read from CSR arrays (8 bytes an edge), and a Python set
+    only for the groups a merge has changed (a set per group took ~2 KB, 10 GB at 5M subgroups)."""
+
+    def __init__(self, m: int, pairs: np.ndarray):
+        both = np.concatenate([pairs, pairs[:, ::-1]])
+        order = np.lexsort((both[:, 1], both[:, 0]))
+        self.targets = both[order, 1]
+        self.starts = np.searchsorted(both[order, 0], np.arange(m + 1))
+        self.changed: dict[int, set[int]] = {}
+
+    def of(self, x: int) -> set[int]:
+        if x in self.changed:
+            return self.changed[x]
+        return set(self.targets[self.starts[x]:self.starts[x + 1]].tolist())
+
+    def set(self, x: int, values: set[int]) -> None:
+        self.changed[x] = values
+
+    def add(self, x: int, value: int) -> None:
+        if x not in self.changed:
+            self.changed[x] = self.of(x)
+        self.changed[x].add(value)
+
+
 def bottom_up(features: np.ndarray, groups: Subgroups, tau_k: int, tau_max: int, min_similarity: float,
-              meta_merge_similarity: float = 1.0, neighbours: int = 32) -> tuple[np.ndarray, dict[str, float]]:
-    """Alg. 2 (Eq. 5): ``c^B`` per row and counts (merges, rejections by the meta and the size rule)."""
+              meta_merge_similarity: float = 1.0, neighbours: int = 32,
+              use_gpu: bool = False) -> tuple[np.ndarray, dict[str, float]]:
+    """Alg. 2 (Eq. 5): ``c^B`` per row and counts (merges, rejections by the meta and the size rule).
+
+    The best pair is the smallest ``(-similarity, i, j, generation_i, generation_j)`` among the k-NN graph's pairs
+    (sorted once, as NumPy arrays) and the pairs merges create (a heap): the order one heap of all of them gives,
+    without a Python tuple per pair (150 bytes each; hundreds of millions at MS1MV0's size). The candidate graph's
+    exact k-NN search is the part that grows as the square of the subgroups (``use_gpu``: on the process's GPU,
+    :func:`noisydml.neighbours.knn`)."""
     m = groups.count
     sums = _centroid_sums(features, groups.subgroup, m)
     unit = unit_rows(sums)  # Eq. 5's cosine of centroids (means): the scale cancels, sums will do
@@ -153,26 +202,37 @@ def bottom_up(features: np.ndarray, groups: Subgroups, tau_k: int, tau_max: int,
         return root
 
     k = min(neighbours, m - 1)
-    sims, idx = knn(unit.astype(np.float32), k)
-    candidates: list[set[int]] = [set() for _ in range(m)]
-    heap: list[tuple[float, int, int, int, int]] = []
+    t0 = time.perf_counter()
+    _, idx = knn(unit.astype(np.float32), k, use_gpu=use_gpu)
+    stats["seconds_knn"] = time.perf_counter() - t0
     rows = np.repeat(np.arange(m), k)
     cols = idx.reshape(-1)
     valid = cols >= 0
     pairs = np.unique(np.sort(np.stack([rows[valid], cols[valid]], 1), axis=1), axis=0)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
-    pair_sims = np.einsum("ij,ij->i", unit[pairs[:, 0]], unit[pairs[:, 1]])
-    for (i, j), s in zip(pairs.tolist(), pair_sims.tolist()):
-        candidates[i].add(j)
-        candidates[j].add(i)
-        heap.append((-s, i, j, 0, 0))
-    heapq.heapify(heap)
+    del rows, cols, valid, idx
+    candidates = _Candidates(m, pairs)
+    # the k-NN pairs in the heap's order: -similarity, then i, then j (their generations are all 0)
+    neg = -pair_cosines(unit, pairs)
+    order = np.lexsort((pairs[:, 1], pairs[:, 0], neg))
+    static_neg, static_i, static_j = neg[order], pairs[order, 0], pairs[order, 1]
+    del pairs, neg, order
+    at, total = 0, len(static_neg)
+    heap: list[tuple[float, int, int, int, int]] = []  # pairs that merges created
     active = m
-    while heap and active > tau_k:
-        neg, i, j, gi, gj = heapq.heappop(heap)
+    while (at < total or heap) and active > tau_k:
+        if at < total:
+            static = (float(static_neg[at]), int(static_i[at]), int(static_j[at]), 0, 0)
+            if not heap or static < heap[0]:
+                at += 1
+                neg_s, i, j, gi, gj = static
+            else:
+                neg_s, i, j, gi, gj = heapq.heappop(heap)
+        else:
+            neg_s, i, j, gi, gj = heapq.heappop(heap)
         if not (alive[i] and alive[j]) or generation[i] != gi or generation[j] != gj:
             continue  # a pair of groups that have changed since: its current version is in the heap
-        s = -neg
+        s = -neg_s
         if s < min_similarity:
             break  # the best remaining pair is below lambda'_min
         if meta[i] and meta[j] and not s > meta_merge_similarity:
@@ -189,21 +249,21 @@ def bottom_up(features: np.ndarray, groups: Subgroups, tau_k: int, tau_max: int,
         parent[b] = a
         generation[a] += 1
         unit[a] = unit_rows(sums[a][None])[0]
-        near = {find(x) for x in candidates[a] | candidates[b]} - {a}
+        near = {find(x) for x in candidates.of(a) | candidates.of(b)} - {a}
         near = np.fromiter((x for x in near if alive[x]), np.int64)
-        candidates[b] = set()
+        candidates.set(b, set())
         if len(near):
             near_sims = unit[near] @ unit[a]
             if len(near) > neighbours:
                 top = np.argsort(-near_sims, kind="stable")[:neighbours]
                 near, near_sims = near[top], near_sims[top]
-            candidates[a] = set(near.tolist())
+            candidates.set(a, set(near.tolist()))
             for x, sx in zip(near.tolist(), near_sims.tolist()):
-                candidates[x].add(a)
+                candidates.add(x, a)
                 lo, hi = (a, x) if a < x else (x, a)
                 heapq.heappush(heap, (-sx, lo, hi, int(generation[lo]), int(generation[hi])))
         else:
-            candidates[a] = set()
+            candidates.set(a, set())
         stats["merges"] += 1
         active -= 1
     roots = np.fromiter((find(x) for x in range(m)), np.int64, count=m)
@@ -236,8 +296,9 @@ def top_down(features: np.ndarray, groups: Subgroups, cell_size: int, rng: np.ra
 
 
 def run_sgm(features: np.ndarray, labels: np.ndarray, cfg: dict, rng: np.random.Generator,
-            top_down_labels: bool = True) -> SgmResult:
-    """One SGM pass (Algs. 1, 2 and 3-4) with the settings of ``methods.<sgps>.sgm`` (see :func:`sgm_thresholds`)."""
+            top_down_labels: bool = True, use_gpu: bool = False) -> SgmResult:
+    """One SGM pass (Algs. 1, 2 and 3-4) with the settings of ``methods.<sgps>.sgm`` (see :func:`sgm_sizes`);
+    ``use_gpu``: Alg. 2's candidate search on the GPU (a run whose bank is on CUDA)."""
     t0 = time.perf_counter()
     features = np.ascontiguousarray(features, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.int64)
@@ -245,7 +306,7 @@ def run_sgm(features: np.ndarray, labels: np.ndarray, cfg: dict, rng: np.random.
     t1 = time.perf_counter()
     tau_k, tau_max, cell_size = sgm_sizes(cfg, len(labels), len(np.unique(labels)))
     cb, merge_stats = bottom_up(features, intra, tau_k, tau_max, cfg["merge_min_similarity"],
-                                cfg["meta_merge_similarity"], cfg["neighbours"])
+                                cfg["meta_merge_similarity"], cfg["neighbours"], use_gpu)
     t2 = time.perf_counter()
     ct = top_down(features, intra, cell_size, rng) if top_down_labels else np.zeros(len(labels), np.int64)
     t3 = time.perf_counter()

@@ -239,18 +239,45 @@ class SgpsMethod(PrismMethod):
             return logs
         rng = np.random.default_rng([self.setup.seed, int(self.sgm_round), 3])
         t0 = time.perf_counter()
-        result = run_sgm(self.bank.cpu().numpy(), self.setup.train_labels, sgm, rng,
-                         top_down_labels=self._uses()[1])
-        print(f"SGM round {int(self.sgm_round) + 1}: {result.stats['subgroups']} subgroups, "
-              f"{result.stats['bottom_up_groups']} bottom-up groups"
-              + (f", {result.stats['top_down_cells']} top-down cells" if self._uses()[1] else "")
+        stats = self._on_one_rank(lambda: self._sgm_labels(sgm, rng), (self.bottom_up_labels, self.top_down_labels))
+        print(f"SGM round {int(self.sgm_round) + 1}: {int(stats['subgroups'])} subgroups, "
+              f"{int(stats['bottom_up_groups'])} bottom-up groups"
+              + (f", {int(stats['top_down_cells'])} top-down cells" if self._uses()[1] else "")
               + f" in {time.perf_counter() - t0:.2f} s")
-        self.bottom_up_labels.copy_(torch.from_numpy(result.bottom_up))
-        self.top_down_labels.copy_(torch.from_numpy(result.top_down))
         self.sgm_round += 1
         self._set_pools()
-        logs.update({f"sgm_{k}": float(v) for k, v in result.stats.items() if not k.startswith("seconds")})
+        logs.update({f"sgm_{k}": v for k, v in stats.items()})
         return logs
+
+    #: SGM's counts, logged per round (the same on every process)
+    SGM_STATS = ("subgroups", "meta", "bottom_up_groups", "top_down_cells", "merges", "rejected_meta", "rejected_size")
+
+    def _sgm_labels(self, sgm: dict, rng: np.random.Generator) -> dict[str, float]:
+        """One SGM round on the bank into ``bottom_up_labels`` / ``top_down_labels``; its counts."""
+        # Alg. 2's candidate search grows as the square of the subgroups: on the GPU when the bank is there
+        result = run_sgm(self.bank.cpu().numpy(), self.setup.train_labels, sgm, rng,
+                         top_down_labels=self._uses()[1], use_gpu=self.bank.is_cuda)
+        self.bottom_up_labels.copy_(torch.from_numpy(result.bottom_up))
+        self.top_down_labels.copy_(torch.from_numpy(result.top_down))
+        return {k: float(result.stats.get(k, 0)) for k in self.SGM_STATS}
+
+    def _on_one_rank(self, work, shared: tuple[torch.Tensor, ...]) -> dict[str, float]:
+        """``work()`` (which fills the tensors ``shared`` and returns counts) on rank 0 only, its tensors and counts
+        then sent to every rank: under DDP every rank holds the same bank (its replica), so SGM's result is the
+        same everywhere, and running it once keeps one pass's memory on the node, not one per process (at MS1MV0's
+        10M rows ~100 GiB each). One process: ``work()`` as it is."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return work()
+        device = shared[0].device
+        counts = torch.zeros(len(self.SGM_STATS), dtype=torch.float64, device=device)
+        if dist.get_rank() == 0:
+            done = work()
+            counts = torch.tensor([done[k] for k in self.SGM_STATS], dtype=torch.float64, device=device)
+        for tensor in (*shared, counts):
+            dist.broadcast(tensor, src=0)
+        return dict(zip(self.SGM_STATS, counts.tolist()))
 
     # ------------------------------------------------------------------ positives and prototypes
 
@@ -441,12 +468,20 @@ class SgpsMethod(PrismMethod):
     def export(self, ctx: EpochContext) -> dict[str, np.ndarray]:
         """PRISM's keep, and ``c^B`` of a fresh Alg. 1 + 2 pass on the final model (Sec. IV-E's stage-1 labels)."""
         out = super().export(ctx)
-        features = F.normalize(ctx.embed_train().float(), dim=1).numpy()
-        result = run_sgm(features, self.setup.train_labels, self.hparams["sgm"],
-                         np.random.default_rng([self.setup.seed, 0, 5]), top_down_labels=False)
-        sizes = np.bincount(result.bottom_up)
-        out["bottom_up_label"] = result.bottom_up
-        out["bottom_up_keep"] = (sizes[result.bottom_up] >= 2).astype(np.int64)  # A27: no singleton classes
+        features = F.normalize(ctx.embed_train().float(), dim=1).numpy()  # every rank: the pass gathers
+        labels = torch.zeros(len(features), dtype=torch.long, device=self.bottom_up_labels.device)
+
+        def fresh_pass() -> dict[str, float]:
+            result = run_sgm(features, self.setup.train_labels, self.hparams["sgm"],
+                             np.random.default_rng([self.setup.seed, 0, 5]), top_down_labels=False)
+            labels.copy_(torch.from_numpy(result.bottom_up))
+            return {k: float(result.stats.get(k, 0)) for k in self.SGM_STATS}
+
+        self._on_one_rank(fresh_pass, (labels,))
+        bottom_up = labels.cpu().numpy()
+        sizes = np.bincount(bottom_up)
+        out["bottom_up_label"] = bottom_up
+        out["bottom_up_keep"] = (sizes[bottom_up] >= 2).astype(np.int64)  # A27: no singleton classes
         return out
 
 
