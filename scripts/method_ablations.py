@@ -131,6 +131,9 @@ def save(family: str, dataset: str, noise: str, repo: Path) -> Path:
 def _load(results: Path):
     import pandas as pd
 
+    if not sorted(results.glob("*.csv")):
+        sys.exit(f"error: no ablation results in {results}/: `run` saves them there; the measured ones of "
+                 "docs/ablations.md are in docs/ablations (--results docs/ablations)")
     frames = []
     for path in sorted(results.glob("*.csv")):
         family, _, _ = path.stem.split("-")
@@ -236,7 +239,8 @@ def weights(results: Path) -> None:
 
     histories = sorted((results / "histories").glob("*-bspml-seed*.csv"))
     if not histories:
-        sys.exit(f"no BSPML histories in {results / 'histories'}")
+        sys.exit(f"error: no BSPML histories in {results / 'histories'}/: `run --family spa` saves them there; the "
+                 "measured ones are in docs/ablations/histories (--results docs/ablations)")
     for path in histories:
         dataset, noise, _, seed = path.stem.split("-")
         bspml = pd.read_csv(path)

@@ -38,7 +38,7 @@ def test_repository_params_are_valid():
     "mutate, message",
     [
         (lambda r: r["grid"].update(methods=["ms", "nope"]), "grid.methods[1]: unknown method 'nope'"),
-        (lambda r: r["timing"].update(noise="sc75"), "timing.noise: unknown noise setting of grid.noises 'sc75'"),
+        (lambda r: r["timing"].update(noise="sc75"), "timing.noise: unknown noise setting 'sc75'"),
         (lambda r: r["timing"]["entries"].update(x={"label": "x", "method": "prism", "hparams": {"window": 0}}),
          "timing.entries.x.hparams.window: 0 is below the minimum 1"),
         (lambda r: r["timing"]["entries"].update(a={"label": "MCL", "method": "mcl"}, b={"label": "MCL", "method": "ms"}),
@@ -47,7 +47,7 @@ def test_repository_params_are_valid():
          "timing.entries.x.method: unknown method 'nope'"),
         (lambda r: r.pop("runtime"), "missing required section 'runtime'"),
         (lambda r: r["chains"]["ms_on_prism_kept"].update(upstream="triplet"),
-         "chains.ms_on_prism_kept.upstream: 'triplet' is neither a method of grid.methods"),
+         "chains.ms_on_prism_kept.upstream: unknown upstream 'triplet'"),
         (lambda r: r["chains"]["ms_on_prism_kept"].update(name="ms"), "'ms' is a method's name"),
         (lambda r: r["chains"]["ms_on_prism_kept"].update(noise="sym20"), "chains.ms_on_prism_kept.noise: 'sym20' is not in grid.noises"),
         (lambda r: r["chains"]["ms_on_prism_kept"].update(labels={"label": "", "keep": ""}), "takes nothing from its upstream"),

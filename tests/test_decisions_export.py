@@ -94,6 +94,9 @@ def test_every_method_s_decisions_reach_the_audit_in_its_schema(name, glyph_sets
     result = fit_job(RunSpec(name, hparams, cfg, seed=5, data_fingerprint="test"), train_set, test_set,
                      tmp_path / "fit.pt", runtime={**PARAMS["runtime"], "progress": False}, sample_ids=sample_ids,
                      inputs=inputs)
+    from noisydml.methods import load_spec
+
+    assert set(result.exports) == set(load_spec(name).exports)  # what a chain's labels and inputs may name
     fields = per_sample_decisions(result.final_decisions)
     if fields:  # as the train stage writes them (the first test above checks its file)
         np.savez(tmp_path / DECISIONS, sample_id=sample_ids, **fields)

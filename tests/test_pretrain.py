@@ -82,7 +82,7 @@ def test_weights_of_another_backbone_are_refused():
 
 @pytest.mark.parametrize("value, message", [
     ("imagenet", r"'imagenet' weights exist for the ResNets only"),
-    ("ImageNet", r"train.pretrained: 'ImageNet' is not allowed; allowed: none, embedded, imagenet, a name in `weights` "
+    ("ImageNet", r"train.pretrained: 'ImageNet' is not allowed; did you mean 'imagenet'\?; allowed: none, embedded, imagenet, a name in `weights` "
                   r"\(none defined\), or a path"),
 ])
 def test_bad_pretrained_sources_are_refused(value, message):

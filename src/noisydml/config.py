@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from noisydml.runtime import RUNTIME_SCHEMA
 from noisydml.schema import (
     SECTION_OWNERS, ErrorCollector, Field, ParamsError, ParamsErrors, SectionCheck, _check_value, check_choice,
-    check_name, check_section, check_sha256, check_unique, mapping_or_empty, section_check,
+    check_name, check_section, check_sha256, check_unique, did_you_mean, flow, mapping_or_empty, section_check,
 )
 
 __all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_params"]
@@ -246,7 +246,8 @@ def _check_timing(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> di
     the timing stage, with its method's schema."""
     timing = check_section(section, TIMING_SCHEMA, "timing")
     check_choice(timing["dataset"], p["grid"]["datasets"], "timing.dataset", "dataset of grid.datasets")
-    check_choice(timing["noise"], p["grid"]["noises"], "timing.noise", "noise setting of grid.noises")
+    check_choice(timing["noise"], p["grid"]["noises"], "timing.noise", "noise setting",
+                 " (the noise settings of grid.noises)")
     entries = {}
     for name, raw_entry in timing["entries"].items():
         where = f"timing.entries.{check_name(name, 'timing.entries')}"
@@ -266,54 +267,82 @@ def _check_chains(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> di
     """Chained runs (``chains.<key>``): each names its upstream run; the DVC stage ``train_chain@<key>`` depends
     on that run's folder, so ``dvc repro`` trains the upstream first and re-trains the chain when it changes."""
     section = mapping_or_empty(section, "chains", "stage key -> chained run")
-    grid = p["grid"]
+    grid = p.get("grid")  # None: grid failed to validate; each chain's own keys are still checked
     chains: dict[str, dict] = {}
+    errors = ErrorCollector()  # every chain's problems, not the first chain's
     for key, body in section.items():
-        where = f"chains.{check_name(key, 'chains')}"
-        c = check_section(body, CHAIN_SCHEMA, where)
-        c["init"] = check_section(c["init"], CHAIN_INIT_SCHEMA, f"{where}.init")
-        c["labels"] = check_section(c["labels"], CHAIN_LABELS_SCHEMA, f"{where}.labels")
-        c["train"] = check_section(c["train"], {k: Field(TRAIN_SCHEMA[k].type, p["train"][k], **_bounds(TRAIN_SCHEMA[k]))
-                                                for k in CHAIN_TRAIN_KEYS}, f"{where}.train")
+        with errors.check():
+            chains[key] = _check_chain(key, body, p, raw)
+    errors.raise_if_any()
+    return _check_chain_graph(chains, grid) if grid is not None else chains
+
+
+def _check_chain(key: str, body: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``chains.<key>`` entry, its own keys and its dataset, noise, seeds and method."""
+    grid = p.get("grid")
+    where = f"chains.{check_name(key, 'chains')}"
+    c = check_section(body, CHAIN_SCHEMA, where)
+    c["init"] = check_section(c["init"], CHAIN_INIT_SCHEMA, f"{where}.init")
+    c["labels"] = check_section(c["labels"], CHAIN_LABELS_SCHEMA, f"{where}.labels")
+    # a key left out is train's (when train failed to validate, its declared default: train's problem is listed)
+    base = p.get("train") or {k: TRAIN_SCHEMA[k].default for k in CHAIN_TRAIN_KEYS}
+    c["train"] = check_section(c["train"], {k: Field(TRAIN_SCHEMA[k].type, base[k], **_bounds(TRAIN_SCHEMA[k]))
+                                            for k in CHAIN_TRAIN_KEYS}, f"{where}.train")
+    if "train" in p:
         check_model_selection({**p["train"], **c["train"]}, f"{where}.train")
-        check_name(c["name"], f"{where}.name")
-        hint = (" (a chained run needs its upstream in the grid; or drop every chain: -S '~chains' -S '+chains={}', "
-                "one: -S '~chains.<key>')")
-        for field, values in (("dataset", grid["datasets"]), ("noise", noises_of(grid))):
-            if c[field] not in values:
-                raise ParamsError(f"{where}.{field}: {c[field]!r} is not in grid.{field}s"
-                                  f"{' or grid.run_noises' if field == 'noise' else ''} ({values}){hint}")
-        c["seeds"] = _chain_seeds(c["seeds"], grid["seeds"], f"{where}.seeds", hint)
-        check_choice(c["method"], list(raw["methods"]), f"{where}.method", "method")
-        if c["name"] in raw["methods"]:
-            raise ParamsError(f"{where}.name: {c['name']!r} is a method's name; a chained run needs its own name")
-        if not (c["init"]["model"] or c["init"]["method"] or c["labels"]["label"] or c["labels"]["keep"]
-                or c["inputs"]):
-            raise ParamsError(f"{where}: takes nothing from its upstream {c['upstream']!r}; set init, labels or inputs")
-        chains[key] = c
+    check_name(c["name"], f"{where}.name")
+    hint = (" (a chained run needs its upstream in the grid; or drop every chain: -S '~chains' -S '+chains={}', "
+            "one: -S '~chains.<key>')")
+    check_choice(c["method"], list(raw["methods"]), f"{where}.method", "method")
+    if c["name"] in raw["methods"]:
+        raise ParamsError(f"{where}.name: {c['name']!r} is a method's name; a chained run needs its own name")
+    if not (c["init"]["model"] or c["init"]["method"] or c["labels"]["label"] or c["labels"]["keep"]
+            or c["inputs"]):
+        raise ParamsError(f"{where}: takes nothing from its upstream {c['upstream']!r}; set init, labels or inputs")
+    if grid is None:  # the rules below read the grid, which failed: its problem is listed
+        return c
+    for field, values in (("dataset", grid["datasets"]), ("noise", noises_of(grid))):
+        if c[field] not in values:
+            raise ParamsError(f"{where}.{field}: {c[field]!r} is not in grid.{field}s"
+                              f"{' or grid.run_noises' if field == 'noise' else ''} ({values}){hint}")
+    c["seeds"] = _chain_seeds(c["seeds"], grid["seeds"], f"{where}.seeds", hint)
+    return c
+
+
+def _check_chain_graph(chains: dict[str, dict], grid: dict[str, Any]) -> dict[str, dict]:
+    """The chains together: unique run folders, every upstream a grid method or a chained run, no cycles."""
     # one stage per chain writes runs/<dataset>/<noise>/<name>/ (a folder of its seeds): names are unique per setting
     folders = {(c["dataset"], c["noise"], c["name"]): key for key, c in chains.items()}
     if len(folders) != len(chains):
         raise ParamsError("chains: two entries have the same dataset, noise and name (the same run folder); "
                           "give one another name")
+    errors = ErrorCollector()
     for key, c in chains.items():
-        where = f"chains.{key}.upstream"
-        up = folders.get((c["dataset"], c["noise"], c["upstream"]))
-        if c["upstream"] not in grid["methods"] and up is None:
-            raise ParamsError(
-                f"{where}: {c['upstream']!r} is neither a method of grid.methods ({', '.join(grid['methods'])}) "
-                f"nor a chained run of {c['dataset']}/{c['noise']} (a chained run needs its upstream in the grid; "
-                "or drop every chain: -S '~chains' -S '+chains={}', one: -S '~chains.<key>')")
-        if up is not None and not set(c["seeds"]) <= set(chains[up]["seeds"]):
-            raise ParamsError(f"{where}: the chained run {c['upstream']!r} trains seeds {chains[up]['seeds']}, "
-                              f"not every seed of {key!r} ({c['seeds']})")
-        seen, cur = {key}, up
-        while cur is not None:  # no cycles: follow upstreams until a grid run
-            if cur in seen:
-                raise ParamsError(f"{where}: the chain {key!r} leads back to itself")
-            seen.add(cur)
-            cur = folders.get((chains[cur]["dataset"], chains[cur]["noise"], chains[cur]["upstream"]))
+        with errors.check():
+            _check_upstream(key, c, chains, folders, grid)
+    errors.raise_if_any()
     return chains
+
+
+def _check_upstream(key: str, c: dict, chains: dict[str, dict], folders: dict, grid: dict[str, Any]) -> None:
+    where = f"chains.{key}.upstream"
+    up = folders.get((c["dataset"], c["noise"], c["upstream"]))
+    if c["upstream"] not in grid["methods"] and up is None:
+        here = [name for (dataset, noise, name) in folders if (dataset, noise) == (c["dataset"], c["noise"])]
+        raise ParamsError(
+            f"{where}: unknown upstream {c['upstream']!r}{did_you_mean(c['upstream'], [*grid['methods'], *here])}; "
+            f"allowed: a method of grid.methods ({', '.join(grid['methods'])}) or a chained run of "
+            f"{c['dataset']}/{c['noise']} ({', '.join(here) or 'none'}) (a chained run needs its upstream in the grid; "
+            "or drop every chain: -S '~chains' -S '+chains={}', one: -S '~chains.<key>')")
+    if up is not None and not set(c["seeds"]) <= set(chains[up]["seeds"]):
+        raise ParamsError(f"{where}: the chained run {c['upstream']!r} trains seeds {chains[up]['seeds']}, "
+                          f"not every seed of {key!r} ({c['seeds']})")
+    seen, cur = {key}, up
+    while cur is not None:  # no cycles: follow upstreams until a grid run
+        if cur in seen:
+            raise ParamsError(f"{where}: the chain {key!r} leads back to itself")
+        seen.add(cur)
+        cur = folders.get((chains[cur]["dataset"], chains[cur]["noise"], chains[cur]["upstream"]))
 
 
 def _chain_seeds(seeds: Any, grid_seeds: list[int], where: str, hint: str) -> list[int]:
@@ -411,16 +440,25 @@ def _check_methods(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> d
 
 
 def _check_train(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
-    """``train`` and its sub-sections, every problem at once (a rule that reads a sub-section that failed is skipped)."""
-    train = check_section(section, TRAIN_SCHEMA, "train")
+    """``train`` and its sub-sections, every problem at once: its own keys and each sub-section's are checked
+    whatever else failed; a rule that reads a key or section that failed is skipped (that one's problem is
+    reported)."""
     errors = ErrorCollector()
+    section = {} if section is None else section
+    if not isinstance(section, Mapping):
+        raise ParamsError(f"train: expected a mapping, got {section!r}")
     subsections = (("batch", BATCH_SCHEMA), ("optimizer", OPTIMIZER_SCHEMA), ("schedule", SCHEDULE_SCHEMA),
                    ("input", INPUT_SCHEMA))
-    valid = set()
+    train: dict[str, Any] | None = None
+    with errors.check():
+        train = check_section(section, TRAIN_SCHEMA, "train")
+    valid: dict[str, dict] = {}
     for key, schema in subsections:
         with errors.check():
-            train[key] = check_section(train[key], schema, f"train.{key}")
-            valid.add(key)
+            valid[key] = check_section((train or section).get(key), schema, f"train.{key}")
+    if train is None:  # the top-level keys' problems are listed; the rules below read them
+        errors.raise_if_any()
+    train.update(valid)
     with errors.check():
         if "optimizer" in valid and len(train["optimizer"]["betas"]) != 2:
             raise ParamsError(f"train.optimizer.betas: {train['optimizer']['betas']!r}; allowed: two numbers "
@@ -444,13 +482,14 @@ def _check_train(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dic
                                   "(0-based), strictly increasing, at least one")
     with errors.check():
         check_model_selection(train, "train")
-    weights = p["weights"]
+    weights = p.get("weights")
     with errors.check():
-        if train["pretrained"] in weights and weights[train["pretrained"]]["backbone"] != train["backbone"]:
+        if weights is not None and train["pretrained"] in weights \
+                and weights[train["pretrained"]]["backbone"] != train["backbone"]:
             raise ParamsError(f"train.pretrained: weights {train['pretrained']!r} are for backbone "
                               f"{weights[train['pretrained']]['backbone']!r}, train.backbone is {train['backbone']!r}")
     with errors.check():
-        if "batch" in valid:
+        if "batch" in valid and "runtime" in p:
             ranks, batch = p["runtime"]["processes"], train["batch"]
             rows = batch["classes"] * batch["per_class"]
             if rows % ranks:
@@ -479,6 +518,29 @@ def _check_runtime(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> d
     return runtime
 
 
+def unknown_noise(name: Any, defined: Mapping[str, Any], where: str) -> str:
+    """The refusal of a noise setting ``name`` that ``noise`` does not define: a near miss only among the
+    settings of the same family (``sym30`` is not a typo of ``sympc30``, another kind), and how to define it,
+    from its family's definition where there is one (``sym30``: ``sym50``'s with rate 0.3)."""
+    import re
+
+    def family(n: Any) -> str:
+        match = re.match(r"[A-Za-z_]*?(?=\d|$)", str(n))
+        return match.group(0) if match else str(n)
+
+    kin = [n for n in defined if family(n) == family(name)]
+    digits = re.search(r"(\d+)$", str(name))
+    template = next((defined[n] for n in kin if isinstance(defined[n], Mapping) and "rate" in defined[n]), None)
+    if template is not None and digits and 0 < int(digits.group(1)) < 100:  # a rate of a family: no near miss
+        body = {**template, "rate": int(digits.group(1)) / 100}
+        return (f"{where}: unknown noise setting {name!r}; defined: {', '.join(sorted(defined))}; define it first, "
+                f"as {kin[0]} is: -S '+noise.{name}={flow(body)}'")
+    else:
+        how = "define it first: -S '+noise.{name}={{kind: ..., ...}}' (README \"Changing the grid\")".format(name=name)
+    return (f"{where}: unknown noise setting {name!r}{did_you_mean(name, kin)}; defined: "
+            f"{', '.join(sorted(defined)) or '(none)'}; {how}")
+
+
 def _check_grid(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
     """``grid``: every name must be defined in its section of the file (the sections themselves are validated by
     the stages that load them); every problem at once."""
@@ -488,11 +550,13 @@ def _check_grid(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict
                                ("methods", "methods", "method")):
         with errors.check():
             if not grid[key]:
-                raise ParamsError(f"grid.{key}: must list at least one {what}")
+                raise ParamsError(f"grid.{key}: must list at least one {what}; allowed: names defined in `{defined}`")
             check_unique(grid[key], f"grid.{key}")
         names = list(raw[defined]) if isinstance(raw.get(defined), Mapping) else []
         for i, name in enumerate(grid[key]):
             with errors.check():
+                if key == "noises" and name not in names:
+                    raise ParamsError(unknown_noise(name, raw.get("noise") or {}, f"grid.noises[{i}]"))
                 check_choice(name, names, f"grid.{key}[{i}]", what)
     with errors.check():
         if not grid["seeds"]:
@@ -529,12 +593,12 @@ SECTION_CHECKS: dict[str, SectionCheck] = {
     "methods": SectionCheck(_check_methods),
     "weights": SectionCheck(_check_weights),
     "runtime": SectionCheck(_check_runtime),
-    "train": SectionCheck(_check_train, needs=("weights", "runtime")),
+    "train": SectionCheck(_check_train, reads=("weights", "runtime")),
     "pretrain": SectionCheck(_check_pretrain),
     "tracking": SectionCheck(lambda s, p, raw: check_section(s, TRACKING_SCHEMA, "tracking")),
     "grid": SectionCheck(_check_grid),
     "noise_runs": SectionCheck(_check_noise_runs, needs=("grid", "noise")),
-    "chains": SectionCheck(_check_chains, needs=("grid", "train")),
+    "chains": SectionCheck(_check_chains, reads=("grid", "train")),
     "timing": SectionCheck(_check_timing, needs=("grid",)),
     "figures": SectionCheck(_check_figures),
     "method_sets": SectionCheck(_check_method_sets),
@@ -550,7 +614,8 @@ def sections_with_needs(sections) -> list[str]:
             return
         if name in path:
             raise RuntimeError(f"params sections need each other in a cycle: {' -> '.join((*path, name))}")
-        for need in section_check(name).needs:
+        check = section_check(name)
+        for need in (*check.needs, *check.reads):
             visit(need, (*path, name))
         ordered.append(name)
 

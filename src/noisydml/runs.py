@@ -252,12 +252,13 @@ def check_tuned_runs(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) ->
     report) load this view of the section (``tuned_runs``); the whole section is :mod:`noisydml.tuning`'s."""
     t = check_section({k: v for k, v in (section or {}).items() if k in TUNED_RUNS_SCHEMA}, TUNED_RUNS_SCHEMA, "tuning")
     tuned = t["methods"] or t["chains"]
-    for key, allowed, what in (("datasets", p["grid"]["datasets"], "dataset of grid.datasets"),
-                               ("noises", p["grid"]["noises"], "noise setting of grid.noises (its labels are made)"),
-                               ("methods", list(raw["methods"]), "method of methods")):
+    for key, allowed, what, note in (
+            ("datasets", p["grid"]["datasets"], "dataset", " (the datasets of grid.datasets)"),
+            ("noises", p["grid"]["noises"], "noise setting", " (the noise settings of grid.noises: their labels are made)"),
+            ("methods", list(raw["methods"]), "method", " (the entries of the `methods` section)")):
         check_unique(t[key], f"tuning.{key}")
         for i, name in enumerate(t[key] if tuned else []):
-            check_choice(name, allowed, f"tuning.{key}[{i}]", what)
+            check_choice(name, allowed, f"tuning.{key}[{i}]", what, note)
     check_unique(t["chains"], "tuning.chains")
     if tuned and not (t["datasets"] and t["noises"]):
         raise ParamsError("tuning: methods or chains are listed but tuning.datasets or tuning.noises is []; allowed: "

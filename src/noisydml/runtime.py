@@ -27,8 +27,9 @@ RUNTIME_SCHEMA = {
                     help="auto = CUDA when present (says so when it falls back to the CPU)"),
     "numerics": Field(str, "portable", choices=("portable", "native"),
                       help="ours: portable = every numeric library pinned to its x86-64 AVX2 code path and "
-                           "runtime.threads threads, so another x86-64 host gives the same bits; native = each "
-                           "library's fastest path on this host (noisydml.numerics)"),
+                           "runtime.threads threads (the same bits on the same host; other x86-64 CPUs differ less, "
+                           "within CI's measured tolerance: README \"Reproducibility\"); native = each library's "
+                           "fastest path on this host (noisydml.numerics)"),
     "threads": Field(int, 2, min=0, help="CPU threads of every thread pool (torch, MKL, OpenBLAS, faiss); 0 = the "
                                          "libraries' default, the core count (native only: it changes the bits)"),
     "progress": Field(bool, True, help="progress bars"),

@@ -16,6 +16,7 @@ import contextlib
 import difflib
 import functools
 import importlib
+import io
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Literal, Mapping, Sequence, Union
@@ -75,6 +76,21 @@ class ErrorCollector:
     def raise_if_any(self) -> None:
         if self.messages:
             raise ParamsErrors(self.messages)
+
+
+def flow(value: Any) -> str:
+    """``value`` as one line of flow-style YAML (``3``, ``[a, b]``, ``{k: v}``, quoted where YAML needs it)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = True
+    yaml.width = 1 << 30
+    out = io.StringIO()
+    yaml.dump(value, out)
+    text = out.getvalue().rstrip("\n")
+    if text.endswith("\n..."):  # a scalar document's end marker
+        text = text[: -len("\n...")]
+    return text.strip()
 
 
 def did_you_mean(value: Any, allowed: Sequence[Any]) -> str:
@@ -162,15 +178,21 @@ def _message(error: Mapping[str, Any], schema: Mapping[str, Field], where: str) 
         return (f"{where}: unknown key {loc[0]!r}{did_you_mean(loc[0], list(schema))}; allowed keys: "
                 f"{', '.join(sorted(schema)) or '(none)'}")
     if kind == "greater_than_equal":  # the bound as declared (pydantic's ctx has it converted)
-        return f"{path}: {value!r} is below the minimum {field.min if field else ctx['ge']}"
+        low = field.min if field else ctx["ge"]
+        high = f" to {field.max}" if field is not None and field.max is not None else " or more"
+        return f"{path}: {value!r} is below the minimum {low}; allowed: {low}{high}"
     if kind == "greater_than":
         return f"{path}: {value!r} is not allowed; allowed: above {field.above if field else ctx['gt']}"
     if kind == "less_than_equal":
-        return (f"{path}: {value!r} is above the maximum {field.max if field else ctx['le']}"
+        high = field.max if field else ctx["le"]
+        low = (f"{field.min} to " if field is not None and field.min is not None else
+               f"above {field.above} to " if field is not None and field.above is not None else "at most ")
+        return (f"{path}: {value!r} is above the maximum {high}; allowed: {low}{high}"
                 + (_RATE_HINT if _is_rate(loc) and field and field.max is not None and field.max <= 1
                    and isinstance(value, (int, float)) and value > 1 else ""))
     if kind == "literal_error" and field is not None:
-        return f"{path}: {value!r} is not allowed; allowed values: {', '.join(map(str, field.choices))}"
+        return (f"{path}: {value!r} is not allowed{did_you_mean(value, list(field.choices))}; allowed values: "
+                f"{', '.join(map(str, field.choices))}")
     if kind == "finite_number":
         return f"{path}: must be a finite number, got {value!r}"
     if field is None:
@@ -269,11 +291,13 @@ def check_name(name: Any, where: str) -> str:
     return name
 
 
-def check_choice(value: Any, allowed: Sequence[str], where: str, what: str) -> str:
+def check_choice(value: Any, allowed: Sequence[str], where: str, what: str, note: str = "") -> str:
+    """``value`` if it is one of ``allowed``; else a refusal naming ``where``, the value, a near miss and what is
+    allowed (``note``: said after it, e.g. where the allowed names come from)."""
     if value not in allowed:
         raise ParamsError(
             f"{where}: unknown {what} {value!r}{did_you_mean(value, allowed)}; allowed: "
-            f"{', '.join(sorted(allowed)) or '(none defined)'}"
+            f"{', '.join(sorted(allowed)) or '(none defined)'}{note}"
         )
     return value
 
@@ -330,6 +354,9 @@ class SectionCheck:
     check: Callable[[Any, dict[str, Any], Mapping[str, Any]], Any]
     #: Sections validated first (their values are read by ``check``); a stage that loads this one loads them too.
     needs: tuple[str, ...] = ()
+    #: Sections validated first and read when they validated: the rules that read one that failed are skipped,
+    #: the section's own keys still checked (so a mistake in ``runtime`` hides none in ``train``).
+    reads: tuple[str, ...] = ()
     #: A view of another section: the top-level key it reads and is stored under (e.g. ``tuned_runs``: the keys of
     #: ``tuning`` that name runs, without the search that validating all of ``tuning`` imports); None: its own.
     source: str | None = None

@@ -147,7 +147,7 @@ def check_tuning(section: Any, p: dict[str, Any], raw: Mapping[str, Any] | None 
     check_unique(t["seeds"], "tuning.seeds")
     spaces = mapping_or_empty(t["spaces"], "tuning.spaces", "method -> search space")
     for name in spaces:
-        check_choice(name, list(p["methods"]), "tuning.spaces", "method of methods")
+        check_choice(name, list(p["methods"]), "tuning.spaces", "method", " (the entries of the `methods` section)")
     t["spaces"] = {name: _check_space(name, body, p) for name, body in spaces.items()}
     for i, name in enumerate(t["methods"]):
         if name not in t["spaces"]:

@@ -31,7 +31,6 @@ each rank's ``B / W`` rows (with ``train.frozen_bn`` it does not depend on the s
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -199,4 +198,8 @@ def relaunch_under_torchrun(processes: int, argv: Sequence[str]) -> int:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
                *argv]
     print(f"runtime.processes = {processes}: {' '.join(command)}", flush=True)
-    return subprocess.call(command)
+    from noisydml.processes import run_group
+
+    # torchrun and its ranks as a group of their own: stopped whole when this stage is stopped or killed by its PID
+    # (they would go on holding the GPUs), as a Ctrl-C at a terminal stops them
+    return run_group(command)

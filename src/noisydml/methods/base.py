@@ -299,6 +299,9 @@ class MethodSpec:
     nested: dict[str, dict[str, Field]] | None = None
     #: Checks across keys (``validate(hparams, where)`` raises :class:`ParamsError` naming key and value).
     validate: Callable[[dict[str, Any], str], None] | None = None
+    #: The per-row arrays :meth:`Method.export` writes (``exports.npz``): what a chained run's ``labels.label``,
+    #: ``labels.keep`` and ``inputs`` may name (checked at load; tests/test_decisions_export.py checks the method).
+    exports: tuple[str, ...] = ()
 
     def check(self, section: Any, where: str) -> dict[str, Any]:
         hparams = check_section(section, self.schema, where)

@@ -28,7 +28,8 @@ import torch
 from noisydml.methods.base import Batch, EpochContext, MethodSetup, MethodSpec
 from noisydml.methods.parts.dcq import DCQ_SCHEMA, KeyEncoder, margin_softmax_loss, pair_rows
 from noisydml.methods.parts.prism import PRISM_SCHEMA
-from noisydml.methods.parts.sgps import AUTHORS_SCHEMA, SGM_SCHEMA, SGPS_SCHEMA, TRANSPROTO_SCHEMA, SgpsMethod, check_sgps
+from noisydml.methods.parts.sgps import (AUTHORS_SCHEMA, SGM_SCHEMA, SGPS_EXPORTS, SGPS_SCHEMA, TRANSPROTO_SCHEMA,
+                                         SgpsMethod, check_sgps)
 from noisydml.schema import Field, ParamsError
 
 #: DCQ's queue is PRISM's memory here: its size is ``memory_size`` (DCQ's code: 8,192)
@@ -91,7 +92,7 @@ def _validate(hp: dict, where: str) -> None:
 
 SPEC = MethodSpec(
     build=DcqSgpsMethod, schema=SCHEMA, validate=_validate,
-    nested={"sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA, "authors": AUTHORS_SCHEMA},
+    nested={"sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA, "authors": AUTHORS_SCHEMA}, exports=SGPS_EXPORTS,
     description="DCQ + SGPS: PCS on the class queue's centres, Eq. 18 on kept queries, L_noise on the rest "
                 "(SGPS Table IV)",
 )

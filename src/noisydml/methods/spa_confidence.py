@@ -10,6 +10,7 @@ from noisydml.methods.parts.smooth_proxy_anchor import CONFIDENCE_SCHEMA, Confid
 SPEC = MethodSpec(
     build=ConfidenceModule,
     schema=CONFIDENCE_SCHEMA,
+    exports=("confidence_classes", "confidence_values", "confidence_label"),
     description="Smooth Proxy-Anchor phase 1: a confidence module on the (frozen) backbone's features, trained on "
                 "the noisy labels; exports per-sample top-k class confidences (Roig et al. 2020)",
 )

@@ -98,6 +98,6 @@ def _validate(hp: dict, where: str) -> None:
                           f">= 2 with drop_epoch {hp['drop_epoch']}, or drop_epoch: -1")
 
 
-SPEC = MethodSpec(build=SubCenterArcFace, schema=SCHEMA, validate=_validate,
+SPEC = MethodSpec(build=SubCenterArcFace, schema=SCHEMA, validate=_validate, exports=("keep",),
                   description="Sub-center ArcFace (Deng et al. 2020): K sub-centres per identity, the dominant kept, "
                               "far samples dropped")

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from noisydml.schema import ParamsError, check_choice
+from noisydml.schema import ParamsError, ParamsErrors, check_choice, did_you_mean
 
 
 POOLINGS = ("avg", "max", "avg+max")
@@ -188,17 +188,28 @@ def build_model(train_cfg: dict, in_channels: int) -> EmbeddingNet:
 def check_backbone(train_cfg: dict, weight_names=()) -> None:
     """``train.backbone`` must be one of :data:`BACKBONES`; ``train.pretrained`` a source it can start from
     (``weight_names``: the entries of params.yaml's ``weights``)."""
-    check_choice(train_cfg["backbone"], list(BACKBONES), "train.backbone", "backbone")
+    backbone, problems = train_cfg["backbone"], []
+    if backbone not in BACKBONES:
+        # a near miss within the same kind of network (resnet34 is not a typo of the face network iresnet34)
+        face = [name for name in BACKBONES if name.startswith("iresnet")]
+        retrieval = [name for name in BACKBONES if name not in face]
+        kin = face if str(backbone).startswith("iresnet") else retrieval
+        problems.append(f"train.backbone: unknown backbone {backbone!r}{did_you_mean(backbone, kin)}; allowed: "
+                        f"{', '.join(sorted(retrieval))} (image retrieval), {', '.join(sorted(face))} (face "
+                        "recognition, 112-px faces)")
     pretrained = train_cfg["pretrained"]
     if pretrained in weight_names:
-        return
-    if pretrained == "imagenet" and not train_cfg["backbone"].startswith("resnet"):
-        raise ParamsError(f"train.pretrained: 'imagenet' weights exist for the ResNets only, not "
-                          f"{train_cfg['backbone']!r}; allowed here: none, embedded, or a weights file")
-    if pretrained not in PRETRAINED_SOURCES and not pretrained.endswith((".pt", ".pth")):
-        raise ParamsError(f"train.pretrained: {pretrained!r} is not allowed; allowed: "
-                          f"{', '.join(PRETRAINED_SOURCES)}, a name in `weights` "
-                          f"({', '.join(weight_names) or 'none defined'}), or a path to a .pt/.pth weights file")
+        pass
+    elif pretrained == "imagenet" and not str(backbone).startswith("resnet"):
+        problems.append(f"train.pretrained: 'imagenet' weights exist for the ResNets only, not "
+                        f"{train_cfg['backbone']!r}; allowed here: none, embedded, or a weights file")
+    elif pretrained not in PRETRAINED_SOURCES and not str(pretrained).endswith((".pt", ".pth")):
+        problems.append(f"train.pretrained: {pretrained!r} is not allowed"
+                        f"{did_you_mean(pretrained, [*PRETRAINED_SOURCES, *weight_names])}; allowed: "
+                        f"{', '.join(PRETRAINED_SOURCES)}, a name in `weights` "
+                        f"({', '.join(weight_names) or 'none defined'}), or a path to a .pt/.pth weights file")
+    if problems:
+        raise ParamsErrors(problems)
 
 
 #: ``train.pretrained`` values other than a weights file's path.

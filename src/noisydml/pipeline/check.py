@@ -10,7 +10,6 @@ module: editing a rule here re-runs nothing.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from pathlib import Path
@@ -26,11 +25,12 @@ from noisydml.noise import check_noise
 from noisydml.pipeline.job import check_run_params
 from noisydml.pipeline.timing import timing_run
 from noisydml.runs import chain_run, check_unique_folders
-from noisydml.schema import PER_NOISE, ErrorCollector, ParamsError, ParamsErrors, check_choice
-from noisydml.studies import all_runs, check_studies
+from noisydml.schema import PER_NOISE, ErrorCollector, ParamsError, ParamsErrors, check_choice, did_you_mean
+from noisydml.studies import all_runs, check_studies, section_owners
 
 
-def check_all(params: dict[str, Any], errors: ErrorCollector | None = None, files: Path | None = None) -> dict[str, Any]:
+def check_all(params: dict[str, Any], errors: ErrorCollector | None = None, files: Path | None = None,
+              raw: dict[str, Any] | None = None) -> dict[str, Any]:
     """Validate every registry- and study-owned section of already-loaded params (registries' defaults filled in;
     the studies' sections validated where used, :func:`noisydml.studies.check_study`); return them.
 
@@ -38,7 +38,9 @@ def check_all(params: dict[str, Any], errors: ErrorCollector | None = None, file
     already in ``errors`` (the sections that failed to load); a check that reads a section that failed is skipped
     (that section's problem is the one to fix). ``files``: the repository root that relative paths in params.yaml
     start from (where the stages run): the grid's folder datasets' files are checked there (``noisydml check``
-    and the launcher pass it; None: not checked)."""
+    and the launcher pass it; None: not checked). ``raw``: the file as written; the rules that name one key of a
+    section that failed to validate for another key (the backbone, the report's run names) read it there, so
+    that a mistake elsewhere in that section hides none."""
     errors = errors if errors is not None else ErrorCollector()
 
     def check(*sections: str):
@@ -51,9 +53,10 @@ def check_all(params: dict[str, Any], errors: ErrorCollector | None = None, file
     for name in params.get("methods", {}):
         with check("methods"):
             check_choice(name, known, "methods", "method")
+    seen = _WrittenOrValid(params, raw or {})
     for i, m in enumerate(params.get("report", {}).get("metrics", [])):
-        with check("report", "evaluate"):
-            check_choice(m, metric_names(params["evaluate"]["recall_at"]), f"report.metrics[{i}]", "metric")
+        with check("report") if "evaluate" in params else _lenient(errors):
+            check_choice(m, metric_names(seen["evaluate"]["recall_at"]), f"report.metrics[{i}]", "metric")
     for name in params.get("datasets", {}):
         with check("datasets"):
             check_dataset(params, name)
@@ -70,12 +73,19 @@ def check_all(params: dict[str, Any], errors: ErrorCollector | None = None, file
             if name in known:
                 for noise in check_method(params, name).get(PER_NOISE, {}):
                     check_choice(noise, list(params["noise"]), f"methods.{name}.{PER_NOISE}", "noise setting")
-    with check("train", "weights"):
-        check_backbone(params["train"], params["weights"])
+    with _Skip() if "weights" not in params else _lenient(errors):
+        check_backbone(seen["train"], params["weights"])
     for name in params.get("grid", {}).get("methods", []):
         with check("methods", "train"):
             if name in params["methods"]:
                 check_frozen_backbone(params["methods"][name], params["train"], f"methods.{name}")
+    for key, chain in params.get("chains", {}).items():
+        with check("chains", "methods"):
+            check_chain_exports(params, key, chain)
+    with check("figures"):  # here too, not only in check_studies below: a mistake elsewhere hides none
+        owners = section_owners()
+        for section in params["figures"]:
+            check_choice(section, list(owners), "figures", "section", " (each owned by a study)")
     errors.raise_if_any()  # what follows builds runs from the sections above: they must be whole
     # a chain's and a timing entry's params as they train (Run.params: the one merge of overrides), checked as
     # every job's are (pipeline/job.py)
@@ -111,6 +121,57 @@ def check_all(params: dict[str, Any], errors: ErrorCollector | None = None, file
     return params
 
 
+def check_chain_exports(params: dict[str, Any], key: str, chain: dict[str, Any]) -> None:
+    """What a chained run takes from its upstream (``labels.label``, ``labels.keep``, ``inputs``) must be arrays
+    the upstream's method exports (its spec's ``exports``; a chained upstream: its own method's)."""
+    from noisydml.methods import load_spec
+
+    chains = params["chains"]
+    upstream = next((c for c in chains.values() if c["name"] == chain["upstream"]
+                     and (c["dataset"], c["noise"]) == (chain["dataset"], chain["noise"])), None)
+    method = upstream["method"] if upstream is not None else chain["upstream"]
+    if method not in params["methods"]:
+        return  # the upstream's own check says so
+    exports = load_spec(method).exports
+    wanted = [(f"labels.{k}", chain["labels"][k]) for k in ("label", "keep") if chain["labels"][k]]
+    wanted += [(f"inputs[{i}]", name) for i, name in enumerate(chain["inputs"])]
+    errors = ErrorCollector()
+    for where, name in wanted:
+        with errors.check():
+            check_choice(name, list(exports), f"chains.{key}.{where}", "export",
+                         f" (what {chain['upstream']!r}, method {method}, exports)" if exports else
+                         f" ({chain['upstream']!r}, method {method}, exports nothing: take init only)")
+    errors.raise_if_any()
+
+
+def report_name_warnings(params: dict[str, Any]) -> list[str]:
+    """``report.labels``, ``report.panels`` and ``report.reference_rows`` name runs: a method of the catalog or of
+    ``methods``, a chained run's name, or either's tuned run (``<name>_tuned``). A name that is none of these in
+    this configuration labels or draws nothing; it is not refused (a label may be kept for a run that a profile or
+    another configuration defines, e.g. a chain dropped here) but said, with a near miss where there is one: a
+    typo is the usual cause. ``noisydml check`` and the launcher print these."""
+    from noisydml.runs import TUNED_SUFFIX
+
+    names = [*dict.fromkeys([*method_names(), *params["methods"], *(c["name"] for c in params["chains"].values())])]
+    report = params["report"]
+    warnings = []
+
+    def check_run(name: Any, where: str) -> None:
+        base = name[: -len(TUNED_SUFFIX)] if isinstance(name, str) and name.endswith(TUNED_SUFFIX) else name
+        if base not in names:
+            warnings.append(f"{where}: {name!r} names no run of this configuration{did_you_mean(name, names)} "
+                            "(runs: the methods, the chained runs' names, either + '_tuned'); it labels or draws "
+                            "nothing here")
+
+    for section in ("labels", "reference_rows"):
+        for name in report[section]:
+            check_run(name, f"report.{section}")
+    for panel, members in report["panels"].items():
+        for i, name in enumerate(members):
+            check_run(name, f"report.panels.{panel}[{i}]")
+    return warnings
+
+
 def check_folder_files(cfg: dict, where: str, base: Path = Path(".")) -> None:
     """A ``folder`` dataset of the grid: its root (or CSV) exists and lists enough classes and images, its CSV has
     the columns it needs (noisydml.data.folder.list_items; no image is decoded: the prepare stage does that)."""
@@ -135,6 +196,24 @@ def check_folder_files(cfg: dict, where: str, base: Path = Path(".")) -> None:
                           f"{missing[0]}; allowed: paths relative to the CSV's folder, or absolute")
 
 
+@contextlib.contextmanager
+def _lenient(errors: ErrorCollector):
+    """Collect a rule's refusal; skip it where the section as written lacks a key or has another type (that
+    section's own problem is listed)."""
+    with _Skip(), errors.check():
+        yield
+
+
+class _WrittenOrValid:
+    """A section validated, else as written (for a rule that reads a key the failure was not about)."""
+
+    def __init__(self, params: dict[str, Any], raw: dict[str, Any]):
+        self.params, self.raw = params, raw
+
+    def __getitem__(self, section: str) -> Any:
+        return self.params[section] if section in self.params else self.raw[section]
+
+
 class _Skip(contextlib.AbstractContextManager):
     """A check's context when a section it reads failed to load: its block's error is not reported (KeyError,
     TypeError of the missing section) -- the section's own is."""
@@ -147,15 +226,15 @@ def validate_all(raw: Any, files: Path | None = None) -> dict[str, Any]:
     """:func:`noisydml.config.validate_params` + :func:`check_all` of a raw params mapping, every problem at once
     (``files``: :func:`check_all`'s)."""
     params, errors = validate_sections(raw)
-    return check_all(params, errors, files)
+    return check_all(params, errors, files, raw)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="noisydml check", description=__doc__.splitlines()[0])
-    parser.add_argument("params", nargs="?", default="params.yaml", help="the params file (default: params.yaml)")
-    path = parser.parse_args(argv).params
+    from noisydml.pipeline.console import check_parser
+
+    path = check_parser().parse_args(argv).params
     try:
-        validate_all(read_params_file(path), files=Path(path).resolve().parent)
+        params = validate_all(read_params_file(path), files=Path(path).resolve().parent)
     except ParamsErrors as e:
         print(f"error: {e.text(f'{path}: ')}", file=sys.stderr)
         return 2
@@ -163,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         message = str(e)
         print(f"error: {message if message.startswith(f'{path}:') else f'{path}: {message}'}", file=sys.stderr)
         return 2
+    for warning in report_name_warnings(params):
+        print(f"warning: {path}: {warning}", file=sys.stderr)
     print(f"{path}: valid")
     return 0
 

@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv[:1])
     rest = argv[1:]
     if args.command == "check":
+        check_parser().parse_args(rest)  # --help answered here, before the check's imports (seconds)
         from noisydml.pipeline.check import main as check
 
         return check(rest)
@@ -55,6 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "profile":
         return profile(rest)
     return ui(rest)
+
+
+def check_parser() -> argparse.ArgumentParser:
+    """``noisydml check``'s options (here, not in noisydml.pipeline.check: its help must not wait for its imports)."""
+    parser = argparse.ArgumentParser(prog="noisydml check", description="Validate all of params.yaml at once: every "
+                                     "problem of every section, each with its key, value and what is allowed.")
+    parser.add_argument("params", nargs="?", default="params.yaml", help="the params file (default: params.yaml)")
+    return parser
 
 
 def profile(argv: list[str]) -> int:
@@ -83,15 +92,14 @@ def profile_parser(profiles: dict, argv: list[str] = ()) -> argparse.ArgumentPar
                        ("run", "run it: downloads, weights, training, the report (a GPU machine with internet)")):
         action = actions.add_parser(name, help=text)
         action.add_argument("profile", choices=list(profiles), metavar="PROFILE", help="one of `noisydml profile list`")
-    from noisydml.pipeline.rehearsal import why_not_rehearsable
+    from noisydml.pipeline.rehearsal import MINIATURE_KINDS
 
-    # which profiles can be rehearsed takes each profile applied (seconds): only for the rehearse action's help
-    rehearsable = [name for name, p in profiles.items() if why_not_rehearsable(p) is None] \
-        if "rehearse" in argv and ("-h" in argv or "--help" in argv) else []
+    # the rule, not the list: the list takes every profile applied through DVC (seconds), too slow for --help
     rehearse = actions.add_parser(
         "rehearse", help="its exact overrides through real `dvc exp run` on miniature data, on this machine's CPU",
-        description="Rehearsable: " + ", ".join(rehearsable) + ". The others run on the PRISM authors' published "
-                    "noise lists, which name the real datasets' files.")
+        description="Rehearsable: a profile whose datasets have a miniature (kinds " + ", ".join(MINIATURE_KINDS)
+                    + ") and whose noise is not the PRISM authors' published lists, which name the real datasets' "
+                      "files; asked to rehearse another, it says why not and lists the rehearsable ones.")
     rehearse.add_argument("profile", metavar="PROFILE", help="a rehearsable profile (below)")
     rehearse.add_argument("folder", nargs="?", help="where (default: a new temporary folder, kept)")
     return parser
@@ -167,7 +175,11 @@ def ui(argv: list[str]) -> int:
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
                "--port", str(args.port)]
     print(" ".join(command), flush=True)
-    return subprocess.call(command)
+    from noisydml.processes import run_group
+
+    # the server is a tree (MLflow's CLI, its web server and job consumers): stopped whole when this process is
+    # interrupted, stopped by its PID or killed outright
+    return run_group(command)
 
 
 def ui_parser() -> argparse.ArgumentParser:

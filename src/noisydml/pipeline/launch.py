@@ -704,15 +704,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "pipeline's `python stages/<x>.py` stages run inside Ray's worker processes, which "
                              "keep their imports from one stage to the next (same outputs; README)")
     parser.add_argument("-S", "--set-param", action="append", default=[], metavar="OVERRIDE",
-                        help="apply to params.yaml first, as `dvc exp run -S` does (DVC's own code: Hydra's grammar, "
-                             "`+key=` for a new key); the file stays changed, as in the workspace after "
-                             "`dvc exp run -S`; repeatable")
+                        help="set a value in params.yaml first, as `dvc exp run -S` does (DVC's own code: Hydra's grammar, "
+                             "`+key=` for a new key, `~key` to remove one); all of them validated before anything "
+                             "is written (a refused value changes nothing; with --dry nothing is written), then "
+                             "written in place (comments and anchors kept); the file stays changed, as in the "
+                             "workspace after `dvc exp run -S`; repeatable")
     parser.add_argument("--dry", action="store_true",
                         help="say which stages would run (stale now, or downstream of one) and the estimate from the "
                              "last launch's durations; run nothing")
     parser.add_argument("--quiet-epochs", action="store_true",
                         help="no line per finished epoch of each running training stage (they stay in its log)")
-    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--params", default="params.yaml",
+                        help="the params file -S edits and the launch reads (default: params.yaml; DVC's stages "
+                             "read params.yaml)")
     return parser
 
 
@@ -731,15 +735,26 @@ def main(argv: list[str] | None = None) -> int:
     from noisydml.config import read_params_file
     from noisydml.runtime import runtime_settings
 
+    edit = None
     if args.set_param:
-        from dvc.utils.hydra import apply_overrides
-
-        apply_overrides(args.params, args.set_param)
         from noisydml.pipeline.check import validate_all
+        from noisydml.pipeline.overrides import apply
 
-        # an override the schema refuses stops the launch before anything runs (every problem at once)
-        validate_all(read_params_file(args.params), files=Path(args.params).resolve().parent)
-    runtime = runtime_settings(read_params_file(args.params).get("runtime"))
+        # a transaction: DVC's -S on a copy, the result validated whole (every problem at once), and only then
+        # written, as a minimal edit of the file (comments and anchors kept); --dry writes nothing
+        edit = apply(args.params, args.set_param)
+        checked = validate_all(edit.data, files=Path(args.params).resolve().parent)
+        from noisydml.pipeline.check import report_name_warnings
+
+        for warning in report_name_warnings(checked):
+            print(f"launch: warning: {warning}", file=sys.stderr)
+        if not args.dry:
+            edit.write()
+            print(f"launch: {args.params}: " + (f"set {', '.join(edit.changed_keys()) or 'nothing (same values)'}"
+                  if edit.careful else "rewritten in DVC's own form (as `dvc exp run -S` writes it: comments and "
+                  "anchors not kept), the values being ones our in-place edit cannot place"), flush=True)
+    runtime = runtime_settings(edit.data.get("runtime") if edit and args.dry else
+                               read_params_file(args.params).get("runtime"))
     from noisydml.numerics import usable_cores
 
     cores = usable_cores()
@@ -753,7 +768,8 @@ def main(argv: list[str] | None = None) -> int:
     durations = last_durations(root)
     if args.dry:
         with repo.lock:
-            return dry_run(the_plan, durations, jobs if not args.address else None)
+            return dry_run(the_plan, durations, jobs if not args.address else None,
+                           edit if edit is not None and edit.changed else None, root)
     if not args.address and (reaped := reap_ray_processes(root)):
         print(f"launch: killed {reaped} process(es) left by a launcher that died before shutting Ray down", flush=True)
     create_store(args.tracking_uri)
@@ -834,21 +850,50 @@ def create_store(uri: str | None) -> None:
               flush=True)
 
 
-def dry_run(the_plan: Plan, durations: dict, jobs: int | None) -> int:
-    """``--dry``: the stages that would run (stale now, or needing one that would), the estimate; nothing runs."""
+def dry_run(the_plan: Plan, durations: dict, jobs: int | None, edit=None, root: Path | None = None) -> int:
+    """``--dry``: the stages that would run (stale now, or needing one that would), the estimate; nothing runs.
+    With ``edit`` (``-S``, not written): also the stages whose declared params it changes, and the stages it would
+    add to the graph (DVC's parse of dvc.yaml under the edited params), which have never run."""
+    from noisydml.pipeline.overrides import touches
+
     would: list = []
+    changed = edit.changed_keys() if edit else []
     for stage in the_plan.order:  # upstream first
-        if any(n in would for n in the_plan.needs[stage]) or stage.changed():
+        if (any(n in would for n in the_plan.needs[stage]) or stage.changed()
+                or any(touches(key, c) for key in _declared_params(stage) for c in changed)):
             would.append(stage)
+    added: list[str] = []
+    if edit is not None and root is not None:
+        from noisydml.pipeline.overrides import stage_names_with
+
+        added = sorted(stage_names_with(root / "dvc.yaml", edit.text) - {s.addressing for s in the_plan.order})
     known = [durations.get(s.addressing) for s in would]
     for stage, seconds in zip(would, known):
-        print(f"would run  {stage.addressing}" + (f" (last {seconds:.0f} s)" if seconds is not None else ""))
-    left = sum(k or 0.0 for k in known) / max(1, jobs or 1)
-    unknown = sum(k is None for k in known)
-    print(f"launch --dry: {len(would)} of {len(the_plan.order)} stages would run (a run-cache hit is restored instead); "
-          + (f"~{left / 60:.1f} min at {jobs or 1} at once by the last durations"
-             + (f", {unknown} stage(s) never measured" if unknown else "") if would else "nothing to do"))
+        print(f"would run  {stage.addressing}" + (f" (last {seconds:.0f} s)" if seconds is not None else
+                                                  " (duration unknown: never measured)"))
+    for name in added:
+        print(f"would run  {name} (new with the -S values; duration unknown)")
+    total = len(would) + len(added)
+    unknown = sum(k is None for k in known) + len(added)
+    measured = [k for k in known if k is not None]
+    if not total:
+        estimate = "nothing to do"
+    elif not measured:
+        estimate = f"duration unknown: none of the {total} stage(s) has been measured"
+    else:
+        left = sum(measured) / max(1, jobs or 1)
+        estimate = (f"~{left / 60:.1f} min at {jobs or 1} at once by the last durations of {len(measured)} stage(s)"
+                    + (f", plus {unknown} never measured (unknown)" if unknown else ""))
+    print(f"launch --dry: {total} of {len(the_plan.order) + len(added)} stages would run (a run-cache hit is restored "
+          f"instead); {estimate}" + (f"; params.yaml not changed (-S {' -S '.join(edit.overrides)} was checked, "
+                                     "not written)" if edit else ""))
     return 0
+
+
+def _declared_params(stage) -> list[str]:
+    from dvc.dependency.param import ParamsDependency
+
+    return [key for dep in stage.deps if isinstance(dep, ParamsDependency) for key in (dep.params or [])]
 
 
 def cli(argv: list[str] | None = None) -> int:

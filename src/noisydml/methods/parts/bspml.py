@@ -334,5 +334,6 @@ def bspml_spec(balance: bool) -> MethodSpec:
     }
     description = ("BSPML: balanced self-paced multi-similarity (Zhang et al. 2023)" if balance else
                    "SPMS: BSPML without the balance term (mu = 0), the paper's ablation")
-    return MethodSpec(build=lambda setup: BSPMLMethod(setup, balance), schema=schema, description=description,
+    return MethodSpec(build=lambda setup: BSPMLMethod(setup, balance), schema=schema, exports=("weights",),
+                      description=description,
                       nested=nested, validate=_check)

@@ -286,6 +286,10 @@ def selector_schema(base: "PMLBaseline") -> dict[str, Field]:
     return schema
 
 
+#: :meth:`PrismMethod.export`'s arrays.
+PRISM_EXPORTS = ("keep_fraction", "keep")
+
+
 def prism_spec(base: "PMLBaseline", description: str) -> MethodSpec:
     """PRISM's selector in front of the pml loss ``base`` (:class:`~noisydml.methods.parts.pml.PMLBaseline`)."""
     from noisydml.methods.parts.pml import loss_schema
@@ -295,4 +299,5 @@ def prism_spec(base: "PMLBaseline", description: str) -> MethodSpec:
         schema=selector_schema(base),
         description=description,
         nested={"loss": loss_schema(base)},
+        exports=PRISM_EXPORTS,
     )

@@ -523,6 +523,10 @@ def check_sgps(hp: dict, where: str) -> None:
                           f"images; allowed: authors.selection_on_all: true, or clean_loss_on_all: false")
 
 
+#: :meth:`SgpsMethod.export`'s arrays: PRISM's, and Alg. 1 + 2's c^B on the final model.
+SGPS_EXPORTS = ("keep_fraction", "keep", "bottom_up_label", "bottom_up_keep")
+
+
 def sgps_spec(base: "PMLBaseline", description: str) -> MethodSpec:
     """SGPS around the pml loss ``base`` (L_clean; :class:`~noisydml.methods.parts.pml.PMLBaseline`)."""
     from noisydml.methods.parts.pml import loss_schema
@@ -536,4 +540,5 @@ def sgps_spec(base: "PMLBaseline", description: str) -> MethodSpec:
         nested={"loss": loss_schema(base), "sgm": SGM_SCHEMA, "transproto": TRANSPROTO_SCHEMA,
                 "authors": AUTHORS_SCHEMA},
         validate=check_sgps,
+        exports=SGPS_EXPORTS,
     )
