@@ -177,7 +177,8 @@ def test_an_override_the_schema_refuses_stops_the_launch_before_anything_runs(tm
     assert not (tmp_path / ".runinfo").exists()
 
 
-def test_ctrl_c_cancels_the_running_stage_kills_its_process_and_leaves_it_stale(tmp_path):
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM by its PID"])
+def test_ctrl_c_cancels_the_running_stage_kills_its_process_and_leaves_it_stale(how, tmp_path):
     import psutil
 
     from noisydml.pipeline.rehearsal import stage_env
@@ -200,7 +201,7 @@ def test_ctrl_c_cancels_the_running_stage_kills_its_process_and_leaves_it_stale(
         sleeper = next((p for p in psutil.process_iter(["cmdline"])
                         if (p.info["cmdline"] or []) == ["sleep", "600"]), None)
     assert sleeper is not None
-    launcher.send_signal(signal.SIGINT)
+    launcher.send_signal(how)
     out, _ = launcher.communicate(timeout=120)
     assert launcher.returncode == 130, out
     assert "interrupted" in out
