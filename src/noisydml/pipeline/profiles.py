@@ -366,19 +366,14 @@ def readme_with_settings(readme: str, tables: str) -> str:
 def params_after(overrides: list[str], params: str | Path = "params.yaml") -> dict[str, Any]:
     """``params`` after ``dvc exp run -S`` applies ``overrides`` (DVC's own code, on a copy), read by the stages'
     loader and validated whole (:func:`noisydml.pipeline.check.check_all`)."""
-    from dvc.exceptions import InvalidArgumentError
-    from dvc.utils.hydra import apply_overrides
-
     from noisydml.config import load_params
     from noisydml.pipeline.check import check_all
+    from noisydml.pipeline.overrides import dvc_apply
 
     with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / "params.yaml"
         shutil.copy(params, copy)
-        try:
-            apply_overrides(copy, overrides)
-        except InvalidArgumentError as e:
-            raise ParamsError(f"DVC refuses the overrides {overrides}: {e.__cause__ or e}") from None
+        dvc_apply(copy, overrides)  # DVC's refusal as a ParamsError naming the overrides
         return check_all(load_params(copy))
 
 
