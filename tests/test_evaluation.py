@@ -164,3 +164,24 @@ def test_torch_search_gives_faiss_metrics_on_trained_like_embeddings():
         assert torch_metrics[name] == pytest.approx(value, abs=1e-4), name
     for name in ("precision_at_1", "recall_at_1", "recall_at_8"):
         assert torch_metrics[name] == faiss_metrics[name]
+
+
+def test_per_class_counts_sum_to_the_runs_precision_at_1():
+    # the hand-computed example: class 0 finds 1 of 3 (0 -> 1), class 1 finds 2 of 3 (10 <-> 11)
+    from noisydml.evaluation.per_class import per_class_precision_at_1
+
+    emb, labels = _points([0, 1, 2, 10, 11, 1.5], [0, 0, 0, 1, 1, 1])
+    counts = per_class_precision_at_1(emb, labels, expected=0.5)
+    assert counts == {"classes": [0, 1], "queries": [3, 3], "hits": [1, 2]}
+    # a random test set, all-vs-all and query/gallery: the counts reproduce P@1 (checked inside) and leave out
+    # the classes whose queries have nothing to find (a class of one image)
+    rng = np.random.default_rng(0)
+    labels = np.r_[np.repeat(np.arange(30), 5), [30]]
+    emb = rng.normal(size=(len(labels), 8))
+    counts = per_class_precision_at_1(emb, labels, expected=retrieval_metrics(emb, labels, nmi=False)["precision_at_1"])
+    assert counts["classes"] == list(range(30)) and sum(counts["queries"]) == 150
+    query = np.arange(len(labels)) % 2 == 0
+    p1 = retrieval_metrics(emb, labels, nmi=False, query_mask=query)["precision_at_1"]
+    with pytest.raises(RuntimeError, match="the run's P@1"):
+        per_class_precision_at_1(emb, labels, query_mask=query, expected=p1 + 0.01)
+    assert sum(per_class_precision_at_1(emb, labels, query_mask=query, expected=p1)["queries"]) == 75

@@ -23,6 +23,7 @@ from noisydml import io
 from noisydml.runs import chain_runs, run_name
 from noisydml.studies import all_runs
 from noisydml.engine.judge import group_majorities
+from noisydml.evaluation.per_class import per_class_precision_at_1
 from noisydml.evaluation.retrieval import neighbours_used, retrieval_metrics
 from noisydml.pipeline.face_eval import verification_metrics
 from noisydml.pipeline.face_features import VERIFICATION_EMBEDDINGS
@@ -31,7 +32,7 @@ from noisydml.reporting.plots import plot_history
 
 
 #: Bumped when a metrics file gains or changes content: every run is evaluated again once.
-METRICS_FORMAT = 3
+METRICS_FORMAT = 4  # 4: per-class P@1 counts (the reports' bootstrap over test classes)
 
 
 def inputs_digest(params: dict, run) -> str:
@@ -77,6 +78,9 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
     metrics = retrieval_metrics(data["embeddings"], data["labels"], recall_at=cfg["recall_at"],
                                 max_k=cfg["max_k"], nmi=cfg["nmi"], seed=seed, query_mask=query_mask,
                                 device=cfg["device"])
+    # per test class: queries and nearest-neighbour hits (what the report's bootstrap over classes resamples)
+    per_class = per_class_precision_at_1(data["embeddings"], data["labels"], cfg["recall_at"], cfg["max_k"],
+                                         query_mask, expected=metrics["precision_at_1"])
     if (run / VERIFICATION_EMBEDDINGS).is_file():  # a face run: the verification protocols, beside retrieval
         with np.load(run / VERIFICATION_EMBEDDINGS) as saved:
             metrics.update(verification_metrics(dict(saved), layout.prepared(dataset)))
@@ -106,7 +110,7 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
         "num_queries": int(len(data["labels"]) if query_mask is None else query_mask.sum()),
         **({"num_gallery": int((~query_mask).sum())} if query_mask is not None else {}),
         "num_classes": int(len(np.unique(data["labels"]))),
-        "metrics": metrics, "training": training, "k_used": k_used, "map_at_r_exact": exact,
+        "metrics": metrics, "per_class_precision_at_1": per_class, "training": training, "k_used": k_used, "map_at_r_exact": exact,
         "selected_epoch": run_info.get("selected_epoch"), "model_selection": run_info.get("model_selection"),
         **({"tuned": run_info["tuned"]} if "tuned" in run_info else {}),  # a tuned run: its values, how chosen
         "inputs_sha256": inputs_digest(params, run),

@@ -16,8 +16,8 @@ from noisydml import io
 from noisydml.evaluation import metric_names
 from noisydml.numerics import host_fingerprint
 from noisydml.pipeline.layout import HOST_RECORD, Layout
-from noisydml.reporting import main_table, orderings
-from noisydml.reporting.figures import plot_metric_vs_noise, plot_selection, run_styles
+from noisydml.reporting import budget, main_table, orderings
+from noisydml.reporting.figures import noise_points, plot_metric_vs_noise, plot_selection, run_styles
 from noisydml.reporting.names import noise_name
 from noisydml.reporting.plots import FIGURES, plot_noise_per_class, plot_weight_histograms
 from noisydml.reporting.references import REAL_NOISE_KINDS, load_references, reference_section
@@ -136,17 +136,20 @@ def write_report(params: dict, layout: Layout) -> Path:
     figures = out / FIGURES
     chains = [_chain_line(c, labels, noise_names) for c in params["chains"].values()]
     claims = [(study.title, claim) for study in studies.values() for claim in study.claims]
-    ordering = orderings.paired(per_seed, claims, "precision_at_1", noise_names, lambda r: main_table.label(r, params))
+    ordering = orderings.paired(per_seed, claims, "precision_at_1", noise_names, lambda r: main_table.label(r, params),
+                                params["report"]["uncertainty"])
     md = ["# Results", ""]
     if params["report"]["rehearsal"]:
         md += [f"> **Rehearsal**: {REHEARSAL_NOTE}", ""]
     md += main_table.markdown(summary, params, noise_names)
+    md += budget.markdown(budget.table(per_seed, params, main_table.row_names(params),
+                                       lambda r: main_table.label(r, params)))
     if chains:
         md += ["Chained runs (params.yaml `chains`; each is a DVC stage that depends on its upstream run):", "",
                *chains, ""]
     md += tuning_lines(params, layout)
     md += [f"![P@1 against the noise rate]({FIGURES}/p_at_1_vs_noise.png)", ""]
-    md += orderings.section(ordering, "precision_at_1")
+    md += orderings.section(ordering, "precision_at_1", params["report"]["uncertainty"])
     md += verification_markdown(summary, labels, noise_names)
     md += ["## Noise settings", "",
            "What each setting did to the training labels. Flip rate: share of a class's own images "
@@ -202,13 +205,16 @@ def write_report(params: dict, layout: Layout) -> Path:
     io.write_text(out / "results.tex", main_table.latex(summary, params, noise_names))
     io.write_with(out / "results.csv", lambda p: summary.to_csv(p, index=False, float_format="%.6f"))
     # per-epoch curves live in metrics/*.json
-    flat = every_run.drop(columns=[c for c in every_run.columns if c.startswith(("diag_", "histogram_", "curve_"))])
+    flat = every_run.drop(columns=[c for c in every_run.columns
+                                   if c.startswith(("diag_", "histogram_", "curve_", "per_class_"))])
     io.write_with(out / "results_per_seed.csv", lambda p: flat.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "noise_stats.csv", lambda p: noise.to_csv(p, index=False))
     shown = plot_series(summary)
     shown = shown[~shown["method"].isin(main_table.reference_rows(params))]  # not methods: no panel
     styles = run_styles(main_table.row_names(params))  # one colour per run in every figure
-    plot_metric_vs_noise(shown, "precision_at_1", figures / "p_at_1_vs_noise.png", groups, labels,
+    # the figure and `dvc plots show` draw the same points (reports/plots/p_at_1_vs_noise.csv)
+    drawn = noise_points(shown, "precision_at_1", groups, labels)
+    plot_metric_vs_noise(drawn, "precision_at_1", figures / "p_at_1_vs_noise.png",
                          main_table.metric_head("precision_at_1"), styles=styles)
     panel = {(d, n): f"{d}, {noise_names[d, n]}" for d, n in stats}
     per_class = {panel[d, n]: pd.read_csv(layout.noisy(d, n) / "per_class.csv")
@@ -225,10 +231,8 @@ def write_report(params: dict, layout: Layout) -> Path:
     io.write_with(out / "selection.csv", lambda p: selection.to_csv(p, index=False, float_format="%.6f"))
     io.write_with(out / "paper_status.csv", lambda p: status.to_csv(p, index=False))
     io.write_with(out / "training_time.csv", lambda p: times.to_csv(p, index=False))
-    # Plot data for `dvc plots show`: one row per point, methods told apart by the `method` field.
-    plot_rows = plot_series(summary)[["dataset", "method", "noise", "noise_kind", "noise_rate", "precision_at_1",
-                                      "mean_average_precision_at_r"]]
-    io.write_with(out / "plots" / "p_at_1_vs_noise.csv", lambda p: plot_rows.to_csv(p, index=False, float_format="%.6f"))
+    # Plot data for `dvc plots show` (dvc.yaml `plots`): the figure's own points, methods told apart by `method`
+    io.write_with(out / "plots" / "p_at_1_vs_noise.csv", lambda p: drawn.to_csv(p, index=False, float_format="%.4f"))
     def rounded(row: dict) -> dict:  # a metric a row has no value of (a face metric on glyphs) is left out
         return {m: round(float(row[m]), 6) for m in names if pd.notna(row[m])}
 

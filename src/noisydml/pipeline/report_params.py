@@ -14,6 +14,11 @@ from noisydml.schema import Field, ParamsError, SectionCheck, _check_value, chec
 
 #: ``report.settings_of``: the papers whose settings a profile can train under, or none (ours).
 SETTINGS_OF = ("none", "prism", "sgps", "bspml")
+UNCERTAINTY_SCHEMA = {
+    "level": Field(float, 0.95, min=0.5, max=0.999, help="ours: the intervals' coverage"),
+    "resamples": Field(int, 2000, min=100, help="ours: resamples of the bootstrap over test classes"),
+    "seed": Field(int, 0, min=0, help="ours: the bootstrap's random seed"),
+}
 REPORT_SCHEMA = {
     "metrics": Field(list, ["precision_at_1", "mean_average_precision_at_r"], item_type=str),
     "settings_of": Field(str, "none", choices=SETTINGS_OF,
@@ -28,6 +33,9 @@ REPORT_SCHEMA = {
                                    "runs not listed show their name"),
     "panels": Field(dict, {}, help="ours: figure panel title -> run names (at most 8 lines are drawn per panel, a "
                                    "longer one is split); runs in none are drawn in a panel 'other'"),
+    "uncertainty": Field(dict, {"level": 0.95, "resamples": 2000, "seed": 0},
+                         help="ours: the orderings' intervals (noisydml.reporting.uncertainty): level (0.95 = 95%), "
+                              "resamples of the bootstrap over test classes, and its seed"),
     "reference_rows": Field(dict, {}, help="ours: run name -> what it is, for runs whose embedding is not a "
                                            "method's product (a phase that trains only a side module on a frozen "
                                            "backbone): shown beneath the methods for reference with that footnote, "
@@ -43,6 +51,7 @@ def _check_report(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> di
         _check_value(label, Field(str), f"report.labels.{run}")
     for panel, runs in report["panels"].items():
         _check_value(runs, Field(list, item_type=str), f"report.panels.{panel}")
+    report["uncertainty"] = check_section(report["uncertainty"], UNCERTAINTY_SCHEMA, "report.uncertainty")
     for run, what in report["reference_rows"].items():
         _check_value(what, Field(str), f"report.reference_rows.{run}")
         if not what.strip():

@@ -49,8 +49,9 @@ def _row_legend(axes) -> None:
                         frameon=False)
 
 
-#: Points of one x (noise rate) spread side by side over this share of the rate axis, so error bars do not overlap.
-DODGE = 0.03
+#: Points of one noise setting spread side by side over this share of a category's width, so error bars do not
+#: overlap (the axis is categorical: an offset cannot be read as a rate).
+DODGE = 0.6
 #: A run's line is drawn only through at least this many measured rates; with fewer, its points stand alone (a line
 #: between two rates would draw a curve nobody measured).
 LINE_FROM = 3
@@ -65,74 +66,85 @@ def run_styles(runs: list[str]) -> dict[str, dict]:
             for i, run in enumerate(runs)}
 
 
-def plot_metric_vs_noise(points: pd.DataFrame, metric: str, path: Path, groups: dict[str, list[str]],
-                         labels: dict[str, str], head: str, kind_names: dict[str, str] | None = None,
-                         styles: dict[str, dict] | None = None) -> None:
-    """``metric`` (%, called ``head``) against the noise rate (%), mean ± sample sd over seeds as error bars: one row
-    of panels per (dataset, group of runs: :func:`panels`), one column per noise kind, one colour per run across
-    every panel (:func:`run_styles`), the row's legend outside its last panel. A run's points are joined by a line
-    only where at least :data:`LINE_FROM` rates were measured; the points of one rate sit side by side
-    (:data:`DODGE`).
+def noise_points(points: pd.DataFrame, metric: str, groups: dict[str, list[str]], labels: dict[str, str],
+                 kind_names: dict[str, str] | None = None) -> pd.DataFrame:
+    """What the metric-against-noise figure draws, one row per point, and what ``dvc plots show`` draws
+    (``reports/plots/p_at_1_vs_noise.csv``): the figure row (``dataset, panel``), the noise kind's name, the run
+    and its label (the papers' naming), the setting, the rate and ``metric`` with its sample sd over seeds in %,
+    and ``joined`` (1 where the run's points are a line: :data:`LINE_FROM` rates or more).
 
-    ``points`` has columns dataset, method, noise_kind, noise_rate, seeds, ``metric`` and ``metric``_std. Clean
-    labels (kind ``none``) are the rate-0 point of every kind's line. ``kind_names``: noise kind -> its name;
-    ``styles``: run -> colour and marker (:func:`run_styles` of the report's rows, so that every figure agrees).
-    """
+    ``points`` has columns dataset, method, noise, noise_kind, noise_rate, seeds, ``metric`` and ``metric``_std;
+    clean labels (kind ``none``) are the rate-0 point of every kind's line (:func:`noisydml.reporting.tables.
+    plot_series`)."""
     kind_names = kind_names or NOISE_MODELS
-    layout = []  # (dataset, panel title, runs)
-    for dataset in dict.fromkeys(points["dataset"]):
-        rows = points[points["dataset"] == dataset]
-        layout += [(dataset, title, runs) for title, runs in panels(list(dict.fromkeys(rows["method"])), groups)
-                   if runs]
-    styles = styles or run_styles(list(dict.fromkeys(points["method"])))
     kinds = [k for k in dict.fromkeys(points["noise_kind"]) if k != "none"] or ["none"]
+    rows = []
+    for dataset in dict.fromkeys(points["dataset"]):
+        of_dataset = points[points["dataset"] == dataset]
+        for title, runs in panels(list(dict.fromkeys(of_dataset["method"])), groups):
+            for run in runs:
+                for kind in kinds:
+                    line = of_dataset[(of_dataset["method"] == run)
+                                      & of_dataset["noise_kind"].isin({kind, "none"})].sort_values("noise_rate")
+                    joined = int(line["noise_rate"].nunique() >= LINE_FROM)
+                    sd = line[f"{metric}_std"] if f"{metric}_std" in line else pd.Series(np.nan, index=line.index)
+                    for r, spread in zip(line.itertuples(), sd):
+                        rows.append({"row": f"{dataset}, {title}", "dataset": dataset, "panel": title,
+                                     "noise_kind": kind_names.get(kind, kind.replace("_", " ")), "run": run,
+                                     "method": labels.get(run, run), "noise": r.noise,
+                                     "noise_rate": round(100 * float(r.noise_rate), 4),
+                                     metric: 100 * float(getattr(r, metric)),
+                                     f"{metric}_sd": 100 * float(spread) if pd.notna(spread) else np.nan,
+                                     "seeds": int(getattr(r, "seeds", 1)), "joined": joined})
+    return pd.DataFrame(rows, columns=["row", "dataset", "panel", "noise_kind", "run", "method", "noise",
+                                       "noise_rate", metric, f"{metric}_sd", "seeds", "joined"])
+
+
+def plot_metric_vs_noise(drawn: pd.DataFrame, metric: str, path: Path, head: str,
+                         styles: dict[str, dict] | None = None) -> None:
+    """``metric`` (%, called ``head``) against the noise setting, mean ± sample sd over seeds as error bars, from
+    :func:`noise_points`: one row of panels per (dataset, group of runs), one column per noise kind, one colour per
+    run across every panel (:func:`run_styles`), the row's legend outside its last panel. The axis is categorical
+    (one place per measured rate, evenly spaced, labelled with the rate): the points of one setting sit side by
+    side (:data:`DODGE`) and no offset reads as a rate. A run's points are joined by a line only where at least
+    :data:`LINE_FROM` rates were measured.
+    """
+    layout = list(dict.fromkeys(drawn["row"]))
+    kinds = list(dict.fromkeys(drawn["noise_kind"]))
+    styles = styles or run_styles(list(dict.fromkeys(drawn["run"])))
     fig, axes = plt.subplots(len(layout), len(kinds), figsize=(4.2 * len(kinds) + 2.8, 3.0 * len(layout)),
                              squeeze=False, sharey="row", layout="constrained")
-    seeds = sorted(set(points["seeds"].astype(int))) if "seeds" in points and len(points) else [1]
-    # with no run measured at LINE_FROM rates or more, the measured rates are categories (a dot plot): a numeric
-    # axis would be empty between them and suggest a curve
-    curves = bool((points.groupby(["dataset", "method", "noise_kind"])["noise_rate"].nunique() >= LINE_FROM).any())
-    rates = sorted(points["noise_rate"].unique())
-    if curves:
-        position = {r: 100 * r for r in rates}
-        width = max(100 * (rates[-1] - rates[0]), 10.0)
-        spread, pad = DODGE * width, 0.06 * width
-    else:
-        position = {r: float(i) for i, r in enumerate(rates)}
-        spread, pad = 0.6, 0.5  # in category widths
-    for (dataset, title, runs), row_axes in zip(layout, axes):
-        rows = points[points["dataset"] == dataset]
+    seeds = sorted(set(drawn["seeds"].astype(int))) if len(drawn) else [1]
+    rates = sorted(drawn["noise_rate"].unique())
+    position = {r: float(i) for i, r in enumerate(rates)}
+    for row, row_axes in zip(layout, axes):
+        of_row = drawn[drawn["row"] == row]
+        runs = list(dict.fromkeys(of_row["run"]))
         for ax, kind in zip(row_axes, kinds):
-            drawn = 0
+            n = 0
             for i, run in enumerate(runs):
-                line = rows[(rows["method"] == run) & rows["noise_kind"].isin({kind, "none"})].sort_values("noise_rate")
+                line = of_row[(of_row["run"] == run) & (of_row["noise_kind"] == kind)]
                 if line.empty:
                     continue
-                sd = line.get(f"{metric}_std")
-                shift = (i - (len(runs) - 1) / 2) * spread / max(len(runs) - 1, 1)
-                joined = line["noise_rate"].nunique() >= LINE_FROM
-                ax.errorbar([position[r] + shift for r in line["noise_rate"]], 100 * line[metric],
-                            yerr=None if sd is None else 100 * sd.fillna(0), linestyle="-" if joined else "none",
-                            markersize=4, capsize=3, label=labels.get(run, run), **styles[run])
-                drawn += 1
-            name = kind_names.get(kind, kind.replace("_", " "))
-            ax.set_title(f"{dataset}, {title}" + (f": {name} noise" if kind != "none" else ""), fontsize=9)
-            lo, hi = position[rates[0]], position[rates[-1]]
-            ax.set_xlim(lo - pad, hi + pad)
-            if not curves:
-                ax.set_xticks([position[r] for r in rates], [f"{100 * r:g}%" for r in rates])
-            ax.set_xlabel("noise rate" + (" (%)" if curves else ""))
+                shift = (i - (len(runs) - 1) / 2) * DODGE / max(len(runs) - 1, 1)
+                ax.errorbar([position[r] + shift for r in line["noise_rate"]], line[metric],
+                            yerr=line[f"{metric}_sd"].fillna(0), linestyle="-" if line["joined"].iloc[0] else "none",
+                            markersize=4, capsize=3, label=line["method"].iloc[0], **styles[run])
+                n += 1
+            ax.set_title(f"{row}" + (f": {kind} noise" if kind != "none" else ""), fontsize=9)
+            ax.set_xlim(-0.5, len(rates) - 0.5)
+            ax.set_xticks([position[r] for r in rates], [f"{r:g}%" for r in rates])
+            ax.set_xlabel("noise rate (evenly spaced settings)")
             ax.grid(alpha=0.3)
-            if not drawn:
-                ax.text(0.5, 0.5, f"no run of this panel\nunder {name} noise", ha="center", va="center",
+            if not n:
+                ax.text(0.5, 0.5, f"no run of this panel\nunder {kind} noise", ha="center", va="center",
                         transform=ax.transAxes, fontsize=8, color="grey")
         row_axes[0].set_ylabel(f"{head} (%)")
         _row_legend(row_axes)
     n = "/".join(map(str, seeds))
     spread_text = f"sample sd over n = {n} seeds" if seeds != [1] else "none (one seed: no ordering is claimed)"
-    joins = (f"lines join runs measured at {LINE_FROM} or more rates" if curves
-             else "points at the measured rates only, side by side (no curve between two rates)")
-    fig.suptitle(f"{head} against the noise rate\nerror bars: {spread_text}; {joins}", fontsize=10)
+    fig.suptitle(f"{head} against the noise rate\nerror bars: {spread_text}; lines join runs measured at "
+                 f"{LINE_FROM} or more rates, side by side at each", fontsize=10)
     _save(fig, path, vector=True)
 
 

@@ -46,6 +46,8 @@ def collect(runs: list[Run], layout, stats: dict[tuple[str, str], dict]) -> pd.D
             # steps (what the PRISM authors' code reports); never a headline
             BEST_ON_TEST: max(curve) if curve else float("nan"),
             "map_at_r_exact": result.get("map_at_r_exact", True), "k_used": result.get("k_used"),
+            # per test class: queries and hits at P@1 (the orderings' bootstrap over classes)
+            "per_class_precision_at_1": result.get("per_class_precision_at_1"),
             # the reported epoch (the last, the best on validation classes, or the method's own pick)
             "selected_epoch": result.get("selected_epoch"),
             **{f"pseudo_label_{k}": v for k, v in result.get("pseudo_labels", {}).items()},

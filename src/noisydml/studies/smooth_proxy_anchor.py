@@ -85,4 +85,11 @@ STUDY = Study(name="smooth_proxy_anchor", title="Smooth Proxy-Anchor (2020)", re
                             "Smooth Proxy-Anchor above Proxy-Anchor on the same frozen backbone",
                             diagnostics=(("final_diag_weight_clean", "mean weight, clean"),
                                          ("final_diag_weight_noisy", "mean weight, noisy"),
-                                         ("final_diag_pseudo_label_accuracy", "relabelling accuracy"))),))
+                                         ("final_diag_pseudo_label_accuracy", "relabelling accuracy"))),
+                      # the same at an equal budget: 24 epochs on the frozen backbone behind both
+                      # (chains.proxy_anchor_frozen_continued_*)
+                      Claim("smooth_proxy_anchor", "proxy_anchor_frozen_continued",
+                            "Smooth Proxy-Anchor above Proxy-Anchor at an equal budget (ours: 24 epochs each)",
+                            diagnostics=(("final_diag_weight_clean", "mean weight, clean"),
+                                         ("final_diag_weight_noisy", "mean weight, noisy"),
+                                         ("final_diag_pseudo_label_accuracy", "relabelling accuracy")))))
