@@ -275,7 +275,7 @@ def test_bspml_table_layouts(raw_params):
     rows = []
     for noise, kind, rate in [("clean", "none", 0.0), ("sympc10", "symmetric_per_class", 0.1),
                               ("sympc20", "symmetric_per_class", 0.2)]:
-        for method in ("ms_rho1", "bspml"):
+        for method in ("ms_rho1", "bspml", "spa_confidence"):  # the last: a reference row, not a method
             for seed in (0, 1):
                 value = 0.5 + 0.1 * (method == "bspml") - rate + 0.01 * seed
                 rows.append({"dataset": "glyphs", "noise": noise, "noise_kind": kind, "noise_rate": rate,
@@ -287,7 +287,8 @@ def test_bspml_table_layouts(raw_params):
     assert "| method | R@1 | R@2 | R@4 | R@8 | R@16 | R@32 | NMI |" in t1
     assert "| BSPML | 61.50 ± 0.71 | 62.50 ± 0.71 |" in t1 and "sympc" not in t1  # rows by report.labels
     assert "**glyphs, clean labels**" in t1
-    t2 = bspml_table2(summary, params["report"]["labels"])
+    assert "confidence module" not in t1  # report.reference_rows never stand as methods in BSPML's layouts
+    t2 = bspml_table2(summary, params["report"]["labels"], params["report"]["reference_rows"])
     assert t2[0] == "| data | NR | MS (rho=1) | BSPML |"
     assert t2[2] == "| glyphs | 10% | 41.50 ± 0.71 | 51.50 ± 0.71 |" and t2[3].startswith("| glyphs | 20% |")
 

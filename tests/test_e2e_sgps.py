@@ -52,7 +52,9 @@ def test_posterior_chain_runs_in_order_and_reports_each_stage(repo):
     assert stage2["model_selection"] == "best_validation" and stage2["trained_samples"] < len(exports["sample_id"])
     table = pd.read_csv(root / "reports" / "studies" / "sgps" / "sgps_posterior.csv")
     assert len(table) == 1 and 0 < table["purity"].iloc[0] <= 1 and 0 < table["coverage"].iloc[0] <= 1
-    assert {"stage 1: sgps P@1", "stage 2: sgps_posterior_stage2 P@1", "stage 3: sgps_posterior P@1"} <= set(table)
+    # the stages' headings name the runs by their report labels (params.yaml report.labels), never by internal ids
+    assert {"stage 1: SGPS P@1", "stage 2: PRISM on SGPS-cleaned labels P@1",
+            "stage 3: SGPS + posterior data clean P@1"} <= set(table)
     md = (root / "reports" / "results.md").read_text()
     assert "Posterior data clean" in md and "c^B purity" in md and "| mean |" not in md
     assert (root / "reports" / "figures" / "sgps-curves_over_training.png").is_file()

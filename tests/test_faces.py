@@ -553,3 +553,26 @@ def test_verification_features_are_read_a_block_at_a_time_and_equal_one_pass(pre
     assert set(blocked) == set(whole)
     for key in whole:
         np.testing.assert_array_equal(blocked[key], whole[key])
+
+
+def test_tar_interval_over_identities_resamples_whole_identities():
+    """The identities come from the genuine pairs; the bootstrap interval holds the point TAR and is wider than
+    the Wilson interval over pairs when identities differ (here: each identity's genuine scores shifted by its own
+    amount, as real identities are easier or harder)."""
+    from noisydml.evaluation.verification import tar_interval_over_identities, template_identities
+
+    rng = np.random.default_rng(0)
+    identities, per = 40, 4
+    templates = np.arange(identities * per)
+    who = templates // per
+    t1, t2 = np.array([(a, b) for a in templates for b in templates if a < b]).T
+    labels = (who[t1] == who[t2]).astype(int)
+    shift = rng.normal(0, 1.0, identities)
+    scores = np.where(labels == 1, 2.0 + shift[who[t1]] + rng.normal(0, 0.3, len(t1)), rng.normal(0, 0.5, len(t1)))
+    found = template_identities(t1, t2, labels)
+    assert len(set(found.values())) == identities and all(found[t] == found[t - t % per] for t in templates)
+    (point,) = tar_at_far(scores, labels, (1e-3,))
+    interval = tar_interval_over_identities(scores, labels, t1, t2, (1e-3,), resamples=300)[1e-3]
+    assert interval[0] <= point.tar <= interval[1]
+    assert interval[1] - interval[0] > 1.5 * (point.tar_high - point.tar_low)
+    assert tar_interval_over_identities(scores, labels, t1, t2, (1e-3,), resamples=300)[1e-3] == interval  # seeded

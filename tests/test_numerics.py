@@ -32,7 +32,7 @@ def test_pinning_after_a_numeric_library_loaded_is_refused():
 def test_portable_replaces_a_preset_environment_and_the_libraries_take_the_avx2_path():
     """A cluster's environment (one thread, lowest paths) is replaced; torch, faiss, numpy and every BLAS pool
     report the pinned path and thread count."""
-    hostile = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default",
+    hostile = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "default",
                "ONEDNN_MAX_CPU_ISA": "SSE41", "OPENBLAS_CORETYPE": "Sandybridge", "FAISS_SIMD_LEVEL": "NONE"}
     code = ("import json; from noisydml import numerics as n; r = n.pin({'numerics': 'portable', 'threads': 2, 'processes': 1}); "
             "import numpy, torch, faiss, sklearn; print(json.dumps([r['replaced'], n.verify(r)]))")
@@ -41,6 +41,7 @@ def test_portable_replaces_a_preset_environment_and_the_libraries_take_the_avx2_
     replaced, taken = json.loads(proc.stdout.strip().splitlines()[-1])
     assert replaced == hostile
     assert taken["aten"] == "AVX2" and taken["faiss"] == "AVX2" and taken["torch_threads"] == 2
+    assert taken["mkl_cnr"] == "COMPATIBLE"  # the branch MKL honours on Intel and AMD alike
     assert not taken["numpy_avx512"]
     # OpenBLAS on its own pthreads (numpy's, scipy's) runs one thread: it caps any count at the usable cores
     assert all(p.endswith(":1" if ":pthreads:" in p else ":2") for p in taken["pools"])
@@ -53,6 +54,23 @@ def test_verify_catches_a_library_that_did_not_take_the_pinned_path():
             "os.environ['ATEN_CPU_CAPABILITY'] = 'default'; import torch; n.verify({'numerics': 'portable', 'threads': 2, 'processes': 1})")
     proc = _python(code)
     assert proc.returncode != 0 and "torch ATen DEFAULT" in proc.stderr
+
+
+def test_mkl_runs_the_pinned_branch_and_verify_names_another():
+    """MKL_CBWR=AVX2 is Intel-only: on an AMD CPU MKL runs AUTO instead (why portable pins COMPATIBLE). verify()
+    asks MKL which branch it runs and refuses any but COMPATIBLE under portable."""
+    code = ("import os; from noisydml import numerics as n; n.pin({'numerics': 'portable', 'threads': 2, 'processes': 1}); "
+            "os.environ['MKL_CBWR'] = 'AUTO'; import torch; torch.ones(4, 4) @ torch.ones(4, 4); "
+            "n.verify({'numerics': 'portable', 'threads': 2, 'processes': 1})")
+    proc = _python(code)
+    assert proc.returncode != 0 and "MKL CNR branch AUTO" in proc.stderr
+    vendor = (numerics._cpuinfo() or {}).get("vendor_id")
+    probe = ("import json, torch; from noisydml import numerics as n; torch.ones(4, 4) @ torch.ones(4, 4); "
+             "print(json.dumps(n.mkl_branch()))")
+    proc = _python(probe, {"MKL_CBWR": "AVX2"})
+    branch = json.loads(proc.stdout.strip().splitlines()[-1])
+    if vendor == "AuthenticAMD":
+        assert branch == "AUTO"  # the pin portable had before: ignored on AMD
 
 
 def test_native_leaves_the_libraries_their_own_choice():

@@ -110,3 +110,18 @@ def test_lines_only_through_three_or_more_rates_on_a_categorical_axis(monkeypatc
     xs = [x for c in ax.containers for x in c.lines[0].get_xdata()]
     # every point within half a category of its setting's place: none reads as another rate
     assert all(abs(x - round(x)) < 0.5 for x in xs) and ax.get_xlim() == (-0.5, len(rates) - 0.5)
+
+
+def test_every_panel_of_the_figure_shares_one_y_scale(monkeypatch):
+    # a method and its baseline in different rows (BSPML among the noise-robust methods, MS at rho 1 among the
+    # baselines) are read on the same scale
+    summary = pd.DataFrame([{"dataset": "glyphs", "noise": n, "noise_kind": "symmetric" if r else "none",
+                             "noise_rate": r, "method": m, "seeds": 1, "precision_at_1": v - r / 2,
+                             "precision_at_1_std": float("nan")}
+                            for n, r in (("clean", 0.0), ("sym50", 0.5)) for m, v in (("ms_rho1", 0.9), ("bspml", 0.3))])
+    drawn = figures.noise_points(plot_series(summary), "precision_at_1", {"a": ["ms_rho1"], "b": ["bspml"]}, {})
+    saved = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path, vector=False: saved.append(fig))
+    figures.plot_metric_vs_noise(drawn, "precision_at_1", Path("unused.png"), "P@1")
+    limits = {ax.get_ylim() for ax in saved[0].axes if ax.get_title()}
+    assert len(limits) == 1 and len([ax for ax in saved[0].axes if ax.get_title()]) == 2

@@ -260,3 +260,16 @@ def test_each_row_states_the_epochs_behind_its_final_model_and_its_images_per_st
     assert rows.loc["sgps", "images per step"] == "64, 320 from epoch 5"
     assert rows.loc["post", "images per step"] == "64, 320 from epoch 5" and rows.loc["prism", "images per step"] == "64"
     assert "| POST " in "\n".join(budget.markdown(budget.table(per_seed, params, ["post"], str.upper)))
+
+
+def test_a_tuned_row_is_said_to_be_tuned_where_its_baseline_is_not():
+    from noisydml.reporting import budget
+
+    params = {"train": {"batch": {"classes": 16, "per_class": 4}}, "methods": {"prism": {}, "mcl": {}}, "chains": {}}
+    per_seed = pd.DataFrame([{"dataset": "glyphs", "noise": "sym50", "method": m, "seed": 0, "selected_epoch": 12}
+                             for m in ("mcl", "prism", "prism_tuned")])
+    table = budget.table(per_seed, params, ["mcl", "prism", "prism_tuned"], str)
+    assert list(table["hyper-parameters"]) == ["params.yaml", "params.yaml", "tuned on held-out classes"]
+    text = "\n".join(budget.markdown(table))
+    assert "**Tuned rows** (prism_tuned)" in text and "untuned baseline" in text
+    assert "Tuned rows" not in "\n".join(budget.markdown(table[table["run"] != "prism_tuned"]))

@@ -35,7 +35,12 @@ MODES = ("portable", "native")
 PORTABLE_ENV: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",        # torch's ATen kernels (vectorised ops, SLEEF maths)
     "ONEDNN_MAX_CPU_ISA": "AVX2",          # torch's oneDNN (convolutions, some matmuls)
-    "MKL_CBWR": "AVX2",                    # torch's MKL BLAS: Conditional Numerical Reproducibility, AVX2 path
+    # torch's MKL BLAS: Conditional Numerical Reproducibility's COMPATIBLE branch, the one MKL honours on every x86
+    # vendor. MKL_CBWR=AVX2 (what portable set before) is an Intel-only branch: on an AMD CPU MKL ignores it and runs
+    # its AUTO branch (measured: MKL_VERBOSE says "CNR:AUTO", mkl_serv_cbwr_get returns AUTO), so Intel and AMD hosts
+    # took different sgemm kernels; COMPATIBLE is taken on both (Intel's MKL developer guide, "Getting Started with
+    # Conditional Numerical Reproducibility"). No measurable cost here: the backbones' time is in oneDNN's convolutions.
+    "MKL_CBWR": "COMPATIBLE",
     "OPENBLAS_CORETYPE": "Haswell",        # numpy's, scipy's and faiss's OpenBLAS kernels (Haswell = AVX2)
     "FAISS_SIMD_LEVEL": "AVX2",            # faiss's dynamic dispatch (faiss >= 1.12 "DD" builds)
     # numpy's own SIMD loops: no AVX-512 variants (numpy >= 2.3 names the groups X86_V4..., older ones AVX512F...;
@@ -161,7 +166,8 @@ def _cpuinfo() -> dict[str, str]:
 def verify(runtime: dict[str, Any]) -> dict[str, Any]:
     """The code paths the loaded libraries really took; under ``portable`` raise when one is not the pinned one.
 
-    Checks only what is loaded: torch's ATen capability, faiss's SIMD level, numpy's dispatch, and every
+    Checks only what is loaded: torch's ATen capability and MKL's CNR branch, faiss's SIMD level, numpy's dispatch,
+    and every
     BLAS/OpenMP pool's architecture and threads (threadpoolctl, when scikit-learn brought it)."""
     taken: dict[str, Any] = {}
     if "torch" in sys.modules:
@@ -169,6 +175,9 @@ def verify(runtime: dict[str, Any]) -> dict[str, Any]:
 
         taken["aten"] = torch.backends.cpu.get_cpu_capability()
         taken["torch_threads"] = torch.get_num_threads()
+        branch = mkl_branch()
+        if branch is not None:
+            taken["mkl_cnr"] = branch
     if "faiss" in sys.modules:
         faiss = sys.modules["faiss"]
         config = getattr(faiss, "SIMDConfig", None)
@@ -188,6 +197,8 @@ def verify(runtime: dict[str, Any]) -> dict[str, Any]:
         wrong = []
         if taken.get("aten", "AVX2") != "AVX2":
             wrong.append(f"torch ATen {taken['aten']}")
+        if taken.get("mkl_cnr", "COMPATIBLE") != "COMPATIBLE":
+            wrong.append(f"MKL CNR branch {taken['mkl_cnr']}")
         if "faiss" in taken and "AVX2" not in str(taken["faiss"]):
             wrong.append(f"faiss {taken['faiss']}")
         if taken.get("numpy_avx512"):
@@ -207,6 +218,32 @@ def verify(runtime: dict[str, Any]) -> dict[str, Any]:
                                 + "; ".join(wrong) + " (a library loaded before the pins were set, or this host "
                                 "cannot take the AVX2 path: set runtime.numerics: native)")
     return taken
+
+
+#: MKL's CNR branch codes (mkl_cbwr_get(MKL_CBWR_BRANCH)), from mkl.h.
+MKL_BRANCHES = {2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2", 9: "AVX", 10: "AVX2",
+                11: "AVX512_MIC", 12: "AVX512", 13: "AVX512_MIC_E1", 14: "AVX512_E1"}
+
+
+def mkl_branch() -> str | None:
+    """The CNR branch torch's MKL runs (``COMPATIBLE``, ``AUTO``, ...), asked of the MKL linked into torch (its
+    ``mkl_serv_cbwr_get``); None where torch has no MKL or does not export it (then not checked)."""
+    import ctypes
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib", "torch_cpu.dll"):
+        path = Path(torch.__file__).parent / "lib" / name
+        if path.is_file():
+            try:
+                get = ctypes.CDLL(str(path)).mkl_serv_cbwr_get
+            except (OSError, AttributeError):
+                return None
+            get.restype = ctypes.c_int
+            code = get(1)  # MKL_CBWR_BRANCH
+            return MKL_BRANCHES.get(code, f"code {code}")
+    return None
 
 
 def host_fingerprint(runtime: dict[str, Any], environment: bool = False) -> dict[str, Any]:

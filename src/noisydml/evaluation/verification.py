@@ -13,7 +13,10 @@ templates. Ours, the reading of "TAR at FAR f": the largest ROC point whose FAR 
 scores above the ``k+1``-th highest impostor score, ``k = floor(f * impostors)``); insightface takes the ROC point
 nearest to ``f`` (``argmin |fpr - f|``), which may lie above it. We also return how many false accepts the
 threshold rests on (below ~10 the FAR itself is noise) and a Wilson 95 % interval of the TAR over the genuine
-pairs. Nothing here builds an N x N matrix: pairs are scored one row at a time, in chunks.
+pairs. The Wilson interval treats pairs as independent; they are not (one identity's templates enter many pairs),
+so :func:`tar_interval_over_identities` gives the interval that counts: a bootstrap over identities (ours),
+which resamples whole identities and with them every pair they enter (each threshold found again on the resampled
+impostors). Nothing here builds an N x N matrix: pairs are scored one row at a time, in chunks.
 """
 
 from __future__ import annotations
@@ -141,3 +144,57 @@ def tar_at_far(scores: np.ndarray, labels: np.ndarray, fars=VERIFICATION_FARS) -
         out.append(TarAtFar(far, accepted / len(genuine), float(threshold), false, len(impostor), len(genuine),
                             low, high))
     return out
+
+
+def template_identities(template1: np.ndarray, template2: np.ndarray, labels: np.ndarray) -> dict[int, int]:
+    """Template -> identity index: templates joined by a genuine pair are one identity (union-find over the
+    genuine pairs; the IJB meta files name no subjects, the genuine pairs define them)."""
+    parent: dict[int, int] = {}
+
+    def find(t: int) -> int:
+        parent.setdefault(t, t)
+        while parent[t] != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+
+    for a, b, genuine in zip(np.asarray(template1).tolist(), np.asarray(template2).tolist(),
+                             np.asarray(labels).astype(bool).tolist()):
+        ra, rb = find(a), find(b)
+        if genuine and ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    roots = {t: find(t) for t in list(parent)}
+    index = {root: i for i, root in enumerate(sorted(set(roots.values())))}
+    return {t: index[r] for t, r in roots.items()}
+
+
+def tar_interval_over_identities(scores: np.ndarray, labels: np.ndarray, template1: np.ndarray,
+                                 template2: np.ndarray, fars=VERIFICATION_FARS, resamples: int = 500, seed: int = 0,
+                                 level: float = 0.95) -> dict[float, tuple[float, float]]:
+    """Per FAR, the percentile interval of TAR at that FAR over a bootstrap of identities (ours): each resample
+    draws the identities with replacement (multinomial counts ``w``); a genuine pair of identity ``i`` counts
+    ``w[i]`` times, an impostor pair of identities ``i, j`` ``w[i] * w[j]`` times; the threshold is found again on
+    the weighted impostors as :func:`tar_at_far` finds it (accept above the score at which the weighted false
+    accepts would exceed ``floor(f * impostor weight)``)."""
+    scores, labels = np.asarray(scores, np.float64), np.asarray(labels).astype(bool)
+    identity = template_identities(template1, template2, labels)
+    id1 = np.array([identity[t] for t in np.asarray(template1).tolist()])
+    id2 = np.array([identity[t] for t in np.asarray(template2).tolist()])
+    order = np.argsort(-scores[~labels], kind="stable")
+    impostor, imp1, imp2 = scores[~labels][order], id1[~labels][order], id2[~labels][order]
+    genuine, gen = scores[labels], id1[labels]
+    count = len(set(identity.values()))
+    draws = np.random.default_rng(seed).multinomial(count, np.full(count, 1 / count), size=resamples).astype(np.float64)
+    tars = {far: np.empty(resamples) for far in fars}
+    for r, w in enumerate(draws):
+        weights = w[imp1] * w[imp2]
+        cumulative = np.cumsum(weights)
+        genuine_weights = w[gen]
+        for far in fars:
+            allowed = math.floor(far * cumulative[-1] + 1e-9)
+            # the first impostor (highest score first) at which the weighted false accepts exceed `allowed`
+            at = int(np.searchsorted(cumulative, allowed, side="right"))
+            threshold = impostor[at] if at < len(impostor) else -math.inf
+            tars[far][r] = genuine_weights[genuine > threshold].sum() / max(genuine_weights.sum(), 1e-12)
+    tail = (1 - level) / 2
+    return {far: tuple(float(v) for v in np.quantile(values, [tail, 1 - tail])) for far, values in tars.items()}

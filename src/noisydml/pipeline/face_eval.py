@@ -6,7 +6,7 @@
 - the IJB set, as insightface's ``eval_ijbc.py`` runs by default (flip test, feature norms kept, detector score):
   image + flip features summed, *not* normalised, multiplied by the image's detector score, pooled per media
   (mean) and template (sum), normalised, template pairs scored by cosine, TAR at each FAR with the false accepts
-  it rests on and a Wilson interval.
+  it rests on, a Wilson interval over pairs and the interval that counts, a bootstrap over identities.
 
 Verification numbers sit beside the retrieval metrics of the identity-disjoint test split, never instead of them.
 """
@@ -20,13 +20,14 @@ import numpy as np
 from noisydml import io
 from noisydml.data.face_formats import IJBMeta
 from noisydml.evaluation.verification import (VERIFICATION_FARS, flip_summed, pair_scores, tar_at_far,
-                                              template_features, ten_fold_accuracy)
+                                              tar_interval_over_identities, template_features, ten_fold_accuracy)
 
 
 def verification_metrics(saved: dict, prepared_dir: str | Path) -> dict:
     """The protocols' numbers (%) from a run's verification features (``saved``) and, for the IJB set, the meta
     files of the prepared folder: ``<set>_accuracy`` / ``<set>_accuracy_std`` (10 folds), ``tar_at_far_<f>`` with
-    ``_low`` / ``_high`` (Wilson 95 %) and ``_false_accepts``."""
+    ``_low`` / ``_high`` (Wilson 95 %, over pairs), ``_identities_low`` / ``_identities_high`` (95 %, a bootstrap over
+    identities: the one to read) and ``_false_accepts``."""
     out: dict = {}
     for key in sorted(k for k in saved if k.endswith("_issame")):
         name = key[: -len("_issame")]
@@ -44,9 +45,13 @@ def verification_metrics(saved: dict, prepared_dir: str | Path) -> dict:
         feats = feats * meta.images["score"].to_numpy()[:, None]
         ids, templates = template_features(feats, meta.images["template"].to_numpy(), meta.images["media"].to_numpy())
         scores = pair_scores(ids, templates, meta.pairs["template1"].to_numpy(), meta.pairs["template2"].to_numpy())
-        for r in tar_at_far(scores, meta.pairs["label"].to_numpy(), VERIFICATION_FARS):
+        pairs = (meta.pairs["label"].to_numpy(), meta.pairs["template1"].to_numpy(), meta.pairs["template2"].to_numpy())
+        over_identities = tar_interval_over_identities(scores, *pairs, VERIFICATION_FARS)
+        for r in tar_at_far(scores, pairs[0], VERIFICATION_FARS):
             key = f"tar_at_far_{r.far:g}"
             out[key] = 100 * r.tar
             out[f"{key}_low"], out[f"{key}_high"] = 100 * r.tar_low, 100 * r.tar_high
+            low, high = over_identities[r.far]
+            out[f"{key}_identities_low"], out[f"{key}_identities_high"] = 100 * low, 100 * high
             out[f"{key}_false_accepts"] = r.false_accepts
     return out

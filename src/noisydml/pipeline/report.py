@@ -118,7 +118,8 @@ def write_report(params: dict, layout: Layout) -> Path:
                                       if c.startswith("final_") and not c.startswith("final_diag_")])
     study_rows = every_run[~kinds.isin(GRID_KINDS)]
     names = [m for m in metric_names(params["evaluate"]["recall_at"]) if m in per_seed.columns]
-    names += [m for m in (*VERIFICATION_METRICS, "tar_at_far_1e-05_false_accepts") if m in per_seed.columns]
+    names += [m for m in (*VERIFICATION_METRICS, "tar_at_far_1e-05_false_accepts", "tar_at_far_1e-05_identities_low",
+                          "tar_at_far_1e-05_identities_high") if m in per_seed.columns]
     summary = summarise(per_seed, names + [BEST_ON_TEST])  # the last: test-selected, labelled where shown
     noise = noise_table(stats)
     selection = selection_summary(per_seed)

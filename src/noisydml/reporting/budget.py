@@ -82,4 +82,17 @@ def markdown(budget: pd.DataFrame) -> list[str]:
             "forwards (the sampler's batch; SGPS's forwarded positives add theirs). A row with more of either is not "
             "better for that alone: the equal-budget controls (chains `sgps_from_prism`, "
             "`proxy_anchor_frozen_continued`) and their orderings below.", "",
-            budget.drop(columns=["run"]).to_markdown(index=False), ""]
+            budget.drop(columns=["run"]).to_markdown(index=False), ""] + _tuned_note(budget)
+
+
+def _tuned_note(budget: pd.DataFrame) -> list[str]:
+    """Where a row was tuned and the row it would be compared with was not: said, so tuning is not read as method."""
+    tuned = budget[budget["run"].str.endswith(TUNED_SUFFIX)]
+    if tuned.empty:
+        return []
+    alone = [run for run in tuned["run"] if run.removesuffix(TUNED_SUFFIX) in set(budget["run"])]
+    return [f"**Tuned rows** ({', '.join(tuned['row'])}): their hyper-parameters were searched on held-out training "
+            "classes (README \"Tuning\"); every other row keeps params.yaml's values, so a tuned row against an "
+            "untuned baseline compares tuning as well as method: compare it with its baseline's tuned row "
+            "(`tuning.methods`)" + (f"; the untuned rows of {len(alone)} of them are in the table too" if alone else "")
+            + ".", ""]

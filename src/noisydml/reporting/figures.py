@@ -103,8 +103,8 @@ def noise_points(points: pd.DataFrame, metric: str, groups: dict[str, list[str]]
 def plot_metric_vs_noise(drawn: pd.DataFrame, metric: str, path: Path, head: str,
                          styles: dict[str, dict] | None = None) -> None:
     """``metric`` (%, called ``head``) against the noise setting, mean ± sample sd over seeds as error bars, from
-    :func:`noise_points`: one row of panels per (dataset, group of runs), one column per noise kind, one colour per
-    run across every panel (:func:`run_styles`), the row's legend outside its last panel. The axis is categorical
+    :func:`noise_points`: one row of panels per (dataset, group of runs), one column per noise kind, one y scale and
+    one colour per run across every panel (:func:`run_styles`), the row's legend outside its last panel. The axis is categorical
     (one place per measured rate, evenly spaced, labelled with the rate): the points of one setting sit side by
     side (:data:`DODGE`) and no offset reads as a rate. A run's points are joined by a line only where at least
     :data:`LINE_FROM` rates were measured.
@@ -112,8 +112,9 @@ def plot_metric_vs_noise(drawn: pd.DataFrame, metric: str, path: Path, head: str
     layout = list(dict.fromkeys(drawn["row"]))
     kinds = list(dict.fromkeys(drawn["noise_kind"]))
     styles = styles or run_styles(list(dict.fromkeys(drawn["run"])))
+    # one y scale for every panel: a method and its baseline in different rows are read on the same scale
     fig, axes = plt.subplots(len(layout), len(kinds), figsize=(4.2 * len(kinds) + 2.8, 3.0 * len(layout)),
-                             squeeze=False, sharey="row", layout="constrained")
+                             squeeze=False, sharey=True, layout="constrained")
     seeds = sorted(set(drawn["seeds"].astype(int))) if len(drawn) else [1]
     rates = sorted(drawn["noise_rate"].unique())
     position = {r: float(i) for i, r in enumerate(rates)}

@@ -145,16 +145,19 @@ def table1(summary: pd.DataFrame, params: dict) -> list[str]:
                 "| method | " + " | ".join([f"R@{k}" for k in ks] + (["NMI"] if "nmi" in metrics else [])) + " |",
                 "|" + "---|" * (len(metrics) + 1)]
         for row in group.to_dict("records"):
+            if row["method"] in params["report"]["reference_rows"]:
+                continue  # not a method (report.reference_rows): the main table shows it for reference
             label = params["report"]["labels"].get(row["method"], row["method"])
             out.append(f"| {label} | " + " | ".join(percent(row, m) for m in metrics) + " |")
         out.append("")
     return out
 
 
-def table2(summary: pd.DataFrame, labels: dict[str, str] | None = None) -> list[str]:
+def table2(summary: pd.DataFrame, labels: dict[str, str] | None = None, reference_rows=()) -> list[str]:
     """BSPML's Table 2 layout: Recall@1 ± sample SD (%) under per-class symmetric noise, rows = (dataset,
-    noise rate), columns = methods."""
-    noisy = summary[summary["noise_kind"] == "symmetric_per_class"].sort_values(["dataset", "noise_rate"], kind="stable")
+    noise rate), columns = methods (not ``reference_rows``)."""
+    noisy = summary[(summary["noise_kind"] == "symmetric_per_class") & ~summary["method"].isin(list(reference_rows))]
+    noisy = noisy.sort_values(["dataset", "noise_rate"], kind="stable")
     if noisy.empty:
         return []
     methods = list(dict.fromkeys(noisy["method"]))
@@ -245,7 +248,8 @@ def report(ctx: ReportContext) -> list[str]:
           "`tuning.sampler.name: grid`); `rdml` is the untuned eta = 1.", ""]
     md += (table1(summary, params) if "recall_at_1" in summary else []) or \
         ["(Table 1: no clean-label noise setting in the grid)", ""]
-    md += (table2(summary, params["report"]["labels"]) if "recall_at_1" in summary else []) or \
+    md += (table2(summary, params["report"]["labels"], params["report"]["reference_rows"])
+           if "recall_at_1" in summary else []) or \
         ["(Table 2: no per-class noise setting in the grid: add sympc10, sympc20, sympc30 to grid.noises)", ""]
     md += ["## Embedding size (BSPML Fig. 5)", "", *embedding_size_lines(sizes, fig5)]
     if not sizes.empty:

@@ -131,6 +131,7 @@ def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
     (rows in their cluster's majority true class) and coverage (rows kept) of the exported clusters (measured by
     the evaluate stage)."""
     runs = per_seed.set_index(["dataset", "noise", "method", "seed"])
+    label = lambda run: params["report"]["labels"].get(run, run)  # noqa: E731  (headings name runs as tables do)
     rows = []
     chains = [run.chain for run in chain_runs(params)]  # each entry at each of its seeds
     for c in chains:
@@ -145,11 +146,11 @@ def posterior_table(params: dict, per_seed: pd.DataFrame) -> pd.DataFrame:
                  if d["upstream"] == c["name"] and (d["dataset"], d["noise"], d["seed"]) == (*key, c["seed"])]
         rows.append({
             "dataset": c["dataset"], "noise": c["noise"], "seed": c["seed"],
-            f"stage 1: {c['upstream']} P@1": value(c["upstream"]),
+            f"stage 1: {label(c['upstream'])} P@1": value(c["upstream"]),
             "clusters": value(c["name"], "pseudo_label_clusters"), "purity": value(c["name"], "pseudo_label_purity"),
             "coverage": value(c["name"], "pseudo_label_coverage"),
-            f"stage 2: {c['name']} P@1": value(c["name"]),
-            **{f"stage 3: {d['name']} P@1": value(d["name"]) for d in after},
+            f"stage 2: {label(c['name'])} P@1": value(c["name"]),
+            **{f"stage 3: {label(d['name'])} P@1": value(d["name"]) for d in after},
         })
     return pd.DataFrame(rows)
 
