@@ -31,6 +31,9 @@ _spec.loader.exec_module(stale_by_edit)
 EVERY_TEMPLATE = [
     "grid.noises=[sym50]", "grid.methods=[ms,prism,sgps,bspml,spa_confidence]",
     "~chains.smooth_proxy_anchor_clean", "~chains.smooth_proxy_anchor_sc50",
+    # Proxy-Anchor's equal-budget control: its upstream (proxy_anchor_frozen) is not among the methods above
+    "~chains.proxy_anchor_frozen_continued_clean", "~chains.proxy_anchor_frozen_continued_sym50",
+    "~chains.proxy_anchor_frozen_continued_sc50",
     "grid.run_noises=[sc50_ms]",
     "+noise_runs.glyphs-sc50_ms={dataset: glyphs, noise: sc50_ms, run: {noise: sym50, method: ms, seed: 0}}",
     "figures.embedding_size.dims=[16]", "figures.embedding_size.methods=[bspml]",
@@ -106,11 +109,12 @@ def test_a_comment_in_tuning_re_runs_the_tune_stages_and_the_tuned_runs_only(com
 
 
 def test_a_comment_in_sgps_parts_re_runs_the_sgps_family_only(committed, tmp_path):
-    """The SGPS runs (grid, run-sourced noise, its ablation, the chain that trains sgps); not PRISM (whose parts
-    SGPS imports, not the other way), not evaluate (it re-runs when a run's folder changes: what depends on them)."""
+    """The SGPS runs (grid, run-sourced noise, its ablation, the chains that train sgps: the posterior data clean's
+    stage 3 and its equal-budget control); not PRISM (whose parts SGPS imports, not the other way), not evaluate (it
+    re-runs when a run's folder changes: what depends on them)."""
     stale, names = _stale(committed, tmp_path, "a comment in SGPS's parts file")
     assert stale == {"train@glyphs-sym50-sgps-0", "train_on_run_noise@glyphs-sc50_ms-sgps-0",
-                     "train_sgps_ablation@both-0", "train_chain@sgps_posterior"}
+                     "train_sgps_ablation@both-0", "train_chain@sgps_posterior", "train_chain@sgps_from_prism"}
 
 
 def test_a_new_pml_method_re_runs_nothing(committed, tmp_path):

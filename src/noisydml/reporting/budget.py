@@ -6,9 +6,11 @@ so that a chained or multi-phase method is not read as better for what is only m
   or ``init.method``), the upstream's, recursively; a chain that takes only labels or inputs from its upstream
   starts from the pretrained backbone, and the upstream's epochs are listed apart (``upstream epochs``);
 - **images per step**: the sampler's batch (``train.batch``: classes x per class), times 1 + the positives a method
-  forwards per sample (SGPS with ``positive_source: forward``: ``positives_per_sample`` more images per sample, from
-  the epoch its subgroups start, ``sgm.start_epoch``); read from params, as the trainer runs them;
-- **hyper-parameters**: tuned (the fair-tuning protocol, README "Tuning") or as params.yaml sets them.
+  forwards per sample (a method whose hyper-parameters say ``positive_source: forward`` forwards
+  ``positives_per_sample`` more images per sample, from the epoch its subgroups start, ``sgm.start_epoch``); read
+  from params, as the trainer runs them;
+- **hyper-parameters**: tuned (the fair-tuning protocol, README "Tuning every method with the same budget") or as
+  params.yaml sets them.
 """
 
 from __future__ import annotations
@@ -79,9 +81,9 @@ def markdown(budget: pd.DataFrame) -> list[str]:
     return ["### What each row trained with", "",
             "Epochs behind each row's final model (its own, plus its upstream's where it starts from the upstream's "
             "model), the epochs of an upstream it took only labels or inputs from, and the images one training step "
-            "forwards (the sampler's batch; SGPS's forwarded positives add theirs). A row with more of either is not "
-            "better for that alone: the equal-budget controls (chains `sgps_from_prism`, "
-            "`proxy_anchor_frozen_continued`) and their orderings below.", "",
+            "forwards (the sampler's batch; a method that forwards positives adds them). A row with more of either is "
+            "not better for that alone: the equal-budget controls (params.yaml `chains`, labelled so) and their "
+            "orderings below.", "",
             budget.drop(columns=["run"]).to_markdown(index=False), ""] + _tuned_note(budget)
 
 
@@ -92,7 +94,7 @@ def _tuned_note(budget: pd.DataFrame) -> list[str]:
         return []
     alone = [run for run in tuned["run"] if run.removesuffix(TUNED_SUFFIX) in set(budget["run"])]
     return [f"**Tuned rows** ({', '.join(tuned['row'])}): their hyper-parameters were searched on held-out training "
-            "classes (README \"Tuning\"); every other row keeps params.yaml's values, so a tuned row against an "
+            "classes (README \"Tuning every method with the same budget\"); every other row keeps params.yaml's values, so a tuned row against an "
             "untuned baseline compares tuning as well as method: compare it with its baseline's tuned row "
             "(`tuning.methods`)" + (f"; the untuned rows of {len(alone)} of them are in the table too" if alone else "")
             + ".", ""]

@@ -107,7 +107,7 @@ def section(table: pd.DataFrame, metric: str, settings: dict | None = None) -> l
              else f"Verdict: {RULE}."), "",
           "The last column is the claimed method's own decisions per seed, scored by the trainer against ground truth "
           "the method never sees: what the ordering hinges on, so a miss comes with its cause.", "",
-          f"| paper | claim | rows | dataset | noise | per-seed difference ({head} points) | mean | {level}% interval, "
+          f"| paper | claim | rows | dataset | noise | per-seed difference ({head} points) | mean difference | {level}% interval, "
           f"seeds | {level}% interval, test classes | seeds where it holds | verdict | the claimed method's "
           "decisions, per seed |",
           "|:---|:---|:---|:---|:---|---:|---:|---:|---:|---:|:---|:---|"]

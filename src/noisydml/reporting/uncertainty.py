@@ -11,7 +11,7 @@ Two sources of chance move a retrieval metric, and an ordering must survive both
   runs (paired), of the mean over seeds of the difference in P@1 (:func:`class_interval`, percentile interval).
 
 The verdict (:func:`verdict`): **holds** when both intervals lie above 0, **reversed** when both lie below 0,
-**undecided** otherwise (an interval that holds 0; one seed, which has no seed interval). A margin of a single
+**undecided** otherwise (an interval that holds 0; one seed, which has no seed interval). A difference of a single
 query is undecided whatever its sign: the classes' resamples leave that query's class out in about a third of them.
 
 :func:`detectable` is the smallest mean difference the seeds can decide at their observed spread (the seed
