@@ -51,7 +51,7 @@ def _row_legend(axes) -> None:
 
 #: Points of one noise setting spread side by side over this share of a category's width, so error bars do not
 #: overlap (the axis is categorical: an offset cannot be read as a rate).
-DODGE = 0.6
+DODGE = 0.5
 #: A run's line is drawn only through at least this many measured rates; with fewer, its points stand alone (a line
 #: between two rates would draw a curve nobody measured).
 LINE_FROM = 3
@@ -134,6 +134,8 @@ def plot_metric_vs_noise(drawn: pd.DataFrame, metric: str, path: Path, head: str
                 n += 1
             ax.set_title(f"{row}" + (f": {kind} noise" if kind != "none" else ""), fontsize=9)
             ax.set_xlim(-0.5, len(rates) - 0.5)
+            for i in range(1, len(rates), 2):  # every other setting's band shaded: a point belongs to its band
+                ax.axvspan(i - 0.5, i + 0.5, color="0.94", zorder=0)
             ax.set_xticks([position[r] for r in rates], [f"{r:g}%" for r in rates])
             ax.set_xlabel("noise rate (evenly spaced settings)")
             ax.grid(alpha=0.3)
