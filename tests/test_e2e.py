@@ -162,9 +162,10 @@ def test_dvc_plots_render_one_line_per_method(repo):
     html = root.parent / "plots_out"
     _run([sys.executable, "-m", "dvc", "plots", "show", "-o", str(html)], root, env)
     page = (html / "index.html").read_text()
-    assert '"color": {"field": "method", "type": "nominal", "scale": {"scheme": "tableau20"}}' in page
-    assert '"column": {"field": "noise_kind", "type": "nominal"}' in page  # one panel per noise kind
-    assert '"noise": "sym50"' in page and '"method": "ms"' in page
+    assert '"color": {"field": "method", "type": "nominal", "scale": {"scheme": "tableau20"}' in page
+    assert '"column": {"field": "noise_kind", "type": "nominal"' in page  # one panel per noise kind
+    # the report figure's points: each run under its label (the papers' naming), its id beside it
+    assert '"noise": "sym50"' in page and '"run": "ms"' in page and '"method": "MS"' in page
 
 
 def test_second_repro_does_nothing_and_the_ci_guard_passes(repo):

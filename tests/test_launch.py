@@ -213,6 +213,16 @@ def test_ctrl_c_cancels_the_running_stage_kills_its_process_and_leaves_it_stale(
     assert "slow" in status  # still stale: `dvc repro` or the next launch runs it
 
 
+def _cmdline(process) -> list[str]:
+    """A process's command line, or [] when it ended between being listed and being read (a race, not a failure)."""
+    import psutil
+
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
+
+
 def test_a_launcher_killed_outright_leaves_no_process_behind_and_dry_says_what_would_run(tmp_path):
     """SIGKILL on the driver (no handler runs): its watchdog kills the local Ray instance (GCS, raylet, the agents
     that ignore SIGTERM, the workers) and the stage's process. Counted: every process the driver recorded, and
@@ -235,7 +245,7 @@ def test_a_launcher_killed_outright_leaves_no_process_behind_and_dry_says_what_w
     while time.time() < deadline and sleeper is None:
         time.sleep(0.3)
         sleeper = next((p for p in psutil.Process(launcher.pid).children(recursive=True)
-                        if p.cmdline() == ["sleep", "600"]), None)
+                        if _cmdline(p) == ["sleep", "600"]), None)
     assert sleeper is not None and record.is_file()
     time.sleep(1.5)  # the driver records the processes Ray started for the running stage
     recorded = [psutil.Process(pid) for pid, _ in json.loads(record.read_text())["processes"] if psutil.pid_exists(pid)]
