@@ -8,8 +8,8 @@ import torch
 from pytorch_metric_learning import losses, miners
 
 from noisydml.methods.parts.bspml import (
-    ClassIndex, maw_sdaw, sampled_gradient, weight_step, weighted_ms_loss, xi_negative, xi_negative_topk,
-    xi_positive,
+    ClassIndex, age_unit, exact_gradient, maw_sdaw, sampled_gradient, weight_step, weighted_ms_loss, xi_negative,
+    xi_negative_topk, xi_positive,
 )
 from noisydml.neighbours import knn, similarity_blocks
 from noisydml.schema import ParamsError
@@ -442,3 +442,52 @@ def test_the_age_follows_alg1_round_by_round(monkeypatch):
         lam = min(1.2 * lam, 3.0)
     assert used == pytest.approx(expected) and expected[-1] == 3.0 and expected[1] == pytest.approx(2.4)
     assert float(method.age) == pytest.approx(3.0) and int(method.rounds) == 5
+
+
+def test_the_exact_gradient_is_eq6s_derivative():
+    """exact_gradient (class sums) equals torch's derivative of the direct Eq. 6, on uneven classes (one of a single
+    row) with the balance term on."""
+    rng = np.random.default_rng(4)
+    labels = np.array([0] * 5 + [1] * 3 + [2] * 4 + [3] * 6 + [4] * 1)
+    n = len(labels)
+    xi_pos, xi_neg = rng.uniform(0.5, 3.0, n), rng.uniform(0.0, 1.0, n)
+    w0 = rng.uniform(0.2, 1.0, n)
+    lam, mu = 1.3, 0.7
+    w = torch.tensor(w0, requires_grad=True)
+    _eq6(w, torch.tensor(xi_pos), torch.tensor(xi_neg), labels, lam, mu).backward()
+    index = ClassIndex.of(labels)
+    sums = tuple(np.bincount(labels, weights=v) for v in (w0, w0 * xi_pos, w0 * xi_neg))
+    ours = exact_gradient(np.arange(n), w0, sums, xi_pos, xi_neg, index, lam, mu) / index.count[labels]
+    assert np.allclose(ours, w.grad.numpy(), rtol=0, atol=1e-12), np.abs(ours - w.grad.numpy()).max()
+
+
+def test_the_exact_weight_step_settles_within_its_tolerance_and_the_sampled_one_does_not():
+    labels, xi_pos, xi_neg = _fixed_xi_problem()
+    index = ClassIndex.of(labels)
+    exact, sampled = [], []
+    w = weight_step(np.ones(len(labels)), xi_pos, xi_neg, index, 2.5, 2.5, 0.3, 2000, 4, 4, 16,
+                    np.random.default_rng(0), tolerance=1e-6, trace=exact, gradient="exact")
+    assert len(exact) < 2000 and exact[-1] <= 1e-6
+    # a stationary point of Eq. 6 on the box (its KKT conditions): no descent direction is left at any coordinate
+    sums = tuple(np.bincount(labels, weights=v) for v in (w, w * xi_pos, w * xi_neg))
+    g = exact_gradient(np.arange(len(w)), w, sums, xi_pos, xi_neg, index, 2.5, 2.5)
+    inside = (w > 0) & (w < 1)
+    assert inside.any() or ((w == 0).any() and (w == 1).any())
+    assert np.abs(g[inside]).max(initial=0) < 1e-4 and (g[w == 0] >= -1e-4).all() and (g[w == 1] <= 1e-4).all()
+    weight_step(np.ones(len(labels)), xi_pos, xi_neg, index, 2.5, 2.5, 0.3, 200, 4, 4, 16, np.random.default_rng(0),
+                tolerance=1e-6, trace=sampled, gradient="sampled")
+    assert len(sampled) == 200 and min(sampled[-20:]) > 1e-3  # Eq. 8's noise keeps it moving at a constant step
+    with pytest.raises(ValueError, match="allowed: sampled, exact"):
+        weight_step(np.ones(len(labels)), xi_pos, xi_neg, index, 2.5, 2.5, 0.3, 1, 4, 4, 16,
+                    np.random.default_rng(0), gradient="newton")
+
+
+def test_the_age_unit_is_the_log_of_the_mean_class_size():
+    labels = np.repeat(np.arange(10), 20)
+    assert age_unit("absolute", labels, 2.0) == 1.0
+    assert age_unit("log_class_size", labels, 2.0) == pytest.approx(np.log(20.0))
+    assert age_unit("log_class_size", labels, 4.0) == pytest.approx(0.5 * np.log(20.0))
+    # the same relative age on 32-image classes is larger by log 32 / log 20
+    big = np.repeat(np.arange(10), 32)
+    assert age_unit("log_class_size", big, 2.0) / age_unit("log_class_size", labels, 2.0) == pytest.approx(
+        np.log(32) / np.log(20))

@@ -12,7 +12,10 @@ import torch.nn.functional as F
 
 from noisydml.engine.judge import GroundTruth, score_decisions
 from noisydml.methods.base import Batch, Decisions, MethodSetup
-from noisydml.methods.parts.sgm import Subgroups, bottom_up, intra_class_subgroups, run_sgm, sgm_sizes, top_down, unit_rows
+from noisydml.methods.parts.sgm import (
+    Subgroups, bottom_up, intra_class_nearest, intra_class_subgroups, run_sgm, sgm_sizes, similarity_thresholds, top_down,
+    unit_rows,
+)
 from noisydml.methods.parts.pml import MCL
 from noisydml.methods.parts.sgps import (
     SGM_SCHEMA, TRANSPROTO_SCHEMA, SgpsMethod, TransProto, ppm_max, ppm_mean, ppm_softmax, sgps_spec,
@@ -473,3 +476,28 @@ def test_the_authors_options_are_refused_where_they_cannot_apply():
         spec.check({"authors": {"positives_update_bank": True}}, "methods.sgps")
     with pytest.raises(ParamsError, match=r"clean_loss_on_all.*selection_on_all"):
         spec.check({"positive_source": "forward", "authors": {"clean_loss_on_all": True}}, "methods.sgps")
+
+
+def test_quantile_thresholds_follow_the_intra_class_nearest_neighbour_similarities():
+    """thresholds: quantile turns each level into that quantile of the rows' similarity to their most similar
+    class-mate (noisy labels, self excluded, a lone row left out); absolute keeps the values; run_sgm logs them."""
+    rng = np.random.default_rng(0)
+    feats = unit_rows(rng.standard_normal((60, 8)))
+    labels = np.concatenate([np.repeat(np.arange(5), 11), [5, 6, 6, 6, 6]])
+    sims = feats @ feats.T
+    np.fill_diagonal(sims, -np.inf)
+    same = labels[:, None] == labels[None, :]
+    direct = np.where(same, sims, -np.inf).max(axis=1)
+    nearest = intra_class_nearest(feats, labels, block_rows=4)
+    assert np.isnan(nearest[55]) and np.allclose(np.delete(nearest, 55), np.delete(direct, 55), atol=1e-6)
+    cfg = {"thresholds": "quantile", "lambda_max": 0.9, "lambda_min": 0.25, "merge_min_similarity": 0.5}
+    at = similarity_thresholds(feats, labels, cfg)
+    kept = np.delete(direct, 55)
+    assert at == pytest.approx({"lambda_max": np.quantile(kept, 0.9), "lambda_min": np.quantile(kept, 0.25),
+                                "merge_min_similarity": np.quantile(kept, 0.5)})
+    assert similarity_thresholds(feats, labels, {**cfg, "thresholds": "absolute"}) == {
+        "lambda_max": 0.9, "lambda_min": 0.25, "merge_min_similarity": 0.5}
+    full = {**cfg, "meta_merge_similarity": 1.0, "tau_k_factor": 1.0, "tau_max_factor": 2.0, "cell_size_factor": 2.0,
+            "neighbours": 8}
+    stats = run_sgm(feats, labels, full, np.random.default_rng(0), top_down_labels=False).stats
+    assert stats["threshold_lambda_min"] == pytest.approx(at["lambda_min"])

@@ -45,7 +45,8 @@ def bspml_map(params: dict, name: str, layout: Layout = Layout()) -> Path:
         for mu in entry["mus"]:
             w = weight_step(np.ones(len(labels)), xi_pos, xi_neg, index, lam, mu, step["step_size"],
                             entry["passes"], step["classes"], step["per_class"], step["block"],
-                            np.random.default_rng([entry["seed"], 0xB5]))
+                            np.random.default_rng([entry["seed"], 0xB5]), tolerance=step["tolerance"],
+                            gradient=step["gradient"])
             maw, sdaw = maw_sdaw(w, labels)
             rows.append({"lambda": lam, "mu": mu, "maw": maw, "sdaw": sdaw,
                          "mean_weight_clean": float(w[~noisy].mean()) if (~noisy).any() else float("nan"),

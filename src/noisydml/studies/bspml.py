@@ -128,7 +128,8 @@ def runs(params: dict[str, Any], sections: dict[str, Any]) -> list[Run]:
                                                               zip(cells["mu_names"], cells["mus"]), cells["seeds"]):
         out.append(Run(BSPML_CELL, f"{lam_name}-{mu_name}-{s}", cells["dataset"], cells["noise"],
                        f"bspml_lam{lam_name}_mu{mu_name}", s, "bspml",
-                       hparams={"lambda_0": lam, "lambda_inf": lam, "age_multiplier": 1.0, "mu": mu},
+                       hparams={"lambda_0": lam, "lambda_inf": lam, "age_multiplier": 1.0, "mu": mu,
+                                "age_unit": "absolute"},  # the figures' axis: the paper's lambda
                        point={"lambda": lam, "mu": mu}))
     return out
 

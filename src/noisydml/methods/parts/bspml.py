@@ -208,30 +208,107 @@ def sampled_gradient(coords: np.ndarray, weights: np.ndarray, zeta: np.ndarray, 
     return g_p + g_n + g_b - lam
 
 
+def exact_gradient(coords: np.ndarray, weights: np.ndarray, sums: tuple[np.ndarray, np.ndarray, np.ndarray],
+                   xi_pos: np.ndarray, xi_neg: np.ndarray, index: ClassIndex, lam: float, mu: float) -> np.ndarray:
+    """``N^c * dEq.6/dw_a`` for each coordinate ``a`` in ``coords``, exactly: the expectation of
+    :func:`sampled_gradient` (ours: with xi fixed, every sum of Eq. 8 is a class sum, so the exact value costs
+    O(1) per coordinate)::
+
+        G_p = 1/(N^c - 1) [ sum_{p in c} w_p xi+_p - w_a xi+_a + xi+_a (zeta(c) - w_a) ]
+        G_n = 1/(C - 1) sum_{k != c} 1/N^k [ sum_{n in k} w_n xi-_n + xi-_a zeta(k) ]
+
+    and ``G_b``, ``lambda`` as there. ``sums``: per label id, ``zeta`` (sum of w), sum of ``w xi+`` and of
+    ``w xi-``, kept current by the caller.
+    """
+    zeta, pos_sum, neg_sum = sums
+    c = index.labels[coords]
+    n_c = index.count[c]
+    w = weights[coords]
+    g_p = (pos_sum[c] - w * xi_pos[coords] + xi_pos[coords] * (zeta[c] - w)) / np.maximum(n_c - 1, 1)
+    g_p[n_c < 2] = 0.0
+    num_present = len(index.present)
+    if num_present < 2:
+        return g_p - lam
+    count = np.maximum(index.count, 1)
+    neg_mean, means = neg_sum / count, zeta / count
+    neg_total, total = neg_mean[index.present].sum(), means[index.present].sum()
+    g_n = ((neg_total - neg_mean[c]) + xi_neg[coords] * (total - means[c])) / (num_present - 1)
+    g_b = 2.0 * mu * (means[c] - (total - means[c]) / (num_present - 1))
+    return g_p + g_n + g_b - lam
+
+
+GRADIENTS = ("sampled", "exact")
+
+
 def weight_step(weights: np.ndarray, xi_pos: np.ndarray, xi_neg: np.ndarray, index: ClassIndex, lam: float,
                 mu: float, step_size: float, passes: int, classes: int, per_class: int, block: int,
-                rng: np.random.Generator) -> np.ndarray:
-    """Alg. 3 on Eq. 6 with ``xi`` fixed: ``passes`` x N projected coordinate steps
-    ``w_a <- clip(w_a - gamma_c G(w_a), 0, 1)`` with ``gamma_c = step_size * N^c``; returns new weights.
+                rng: np.random.Generator, tolerance: float = 0.0, trace: list[float] | None = None,
+                gradient: str = "sampled") -> np.ndarray:
+    """Alg. 3 on Eq. 6 with ``xi`` fixed: up to ``passes`` x N projected coordinate steps
+    ``w_a <- clip(w_a - gamma_c G(w_a), 0, 1)`` with ``gamma_c = step_size * N^c``; returns the new weights
+    (``trace``, when given, receives each pass's mean absolute weight change).
 
     Each pass visits the coordinates in a random order, ``block`` at a time: a block's gradients use the weights
     and class sums at its start (``block: 1`` is the paper's sequential loop), and the class sums ``zeta`` are
-    kept up to date after every block so that ``G_b`` costs O(1) per coordinate.
+    kept up to date after every block so that ``G_b`` costs O(1) per coordinate. The step stops after the first
+    pass whose mean absolute weight change is at most ``tolerance`` (ours; Theorem 1's convergence, read as a
+    stopping rule; 0 = always ``passes``). Eq. 8's gradient is sampled, so with a constant step the change never
+    reaches 0: the tolerance must sit above that floor (``scripts/bspml_convergence.py`` measures it).
+    ``gradient: exact`` (ours) uses :func:`exact_gradient` instead, Eq. 8's expectation: projected coordinate
+    descent that settles, so that the tolerance can be met.
     """
+    if gradient not in GRADIENTS:
+        raise ValueError(f"gradient {gradient!r}; allowed: {', '.join(GRADIENTS)}")
     w = np.array(weights, dtype=np.float64, copy=True)
-    zeta = np.bincount(index.labels, weights=w, minlength=len(index.count))
+    size = len(index.count)
+    zeta = np.bincount(index.labels, weights=w, minlength=size)
+    pos_sum = np.bincount(index.labels, weights=w * xi_pos, minlength=size)
+    neg_sum = np.bincount(index.labels, weights=w * xi_neg, minlength=size)
     for _ in range(passes):
+        before = w.copy()
         perm = rng.permutation(len(w))
         for s in range(0, len(w), block):
             coords = perm[s : s + block]
-            grad = sampled_gradient(coords, w, zeta, xi_pos, xi_neg, index, lam, mu, classes, per_class, rng)
+            if gradient == "exact":
+                grad = exact_gradient(coords, w, (zeta, pos_sum, neg_sum), xi_pos, xi_neg, index, lam, mu)
+            else:
+                grad = sampled_gradient(coords, w, zeta, xi_pos, xi_neg, index, lam, mu, classes, per_class, rng)
             new = np.clip(w[coords] - step_size * grad, 0.0, 1.0)
-            np.add.at(zeta, index.labels[coords], new - w[coords])
+            delta = new - w[coords]
+            at = index.labels[coords]
+            np.add.at(zeta, at, delta)
+            np.add.at(pos_sum, at, delta * xi_pos[coords])
+            np.add.at(neg_sum, at, delta * xi_neg[coords])
             w[coords] = new
+        change = float(np.abs(w - before).mean()) if len(w) else 0.0
+        if trace is not None:
+            trace.append(change)
+        if change <= tolerance:
+            break
     return w
 
 
 # ---------------------------------------------------------------------------------------------- the method
+
+
+AGE_UNITS = ("absolute", "log_class_size")
+
+
+def age_unit(unit: str, labels: np.ndarray, alpha: float) -> float:
+    """What ``lambda_0``, ``lambda_inf`` and a numeric ``mu`` are multiplied by (ours): 1 (``absolute``, the
+    paper's plain ages) or ``(2/alpha) log(N / C)`` (``log_class_size``; N / C the mean class size by noisy label).
+
+    Why: at rho = 1 every positive term of Eq. 3 is at least 1, so ``xi+ >= (1/alpha) log N^c`` (spec §6), and
+    Eq. 8's ``G_p ~ 2 w xi+`` grows with the log of the class size: an age tuned on 32-image classes keeps
+    nearly every weight at 1 on 20-image classes. In this unit one value transfers across datasets.
+    """
+    if unit == "absolute":
+        return 1.0
+    labels = np.asarray(labels)
+    mean_class = len(labels) / max(len(np.unique(labels)), 1)
+    return float(2.0 / alpha * np.log(max(mean_class, 2.0)))
+
+
 
 
 def _check(hparams: dict, where: str) -> None:
@@ -257,10 +334,13 @@ class BSPMLMethod(Method):
         super().__init__(setup)
         h = setup.hparams
         self.miner = miners.MultiSimilarityMiner(epsilon=h["miner"]["epsilon"])
-        self.mu = 0.0 if not balance else float(h["lambda_inf"] if h["mu"] == "lambda_inf" else h["mu"])
+        # the ages in the unit of methods.<bspml>.age_unit, from the noisy labels of the rows trained on
+        self.unit = age_unit(h["age_unit"], setup.train_labels, h["loss"]["alpha"])
+        self.lambda_inf = h["lambda_inf"] * self.unit
+        self.mu = 0.0 if not balance else (self.lambda_inf if h["mu"] == "lambda_inf" else float(h["mu"]) * self.unit)
         self.index = ClassIndex.of(setup.train_labels)
         self.register_buffer("weights", torch.ones(setup.dataset_size, dtype=torch.float64))
-        self.register_buffer("age", torch.tensor(float(h["lambda_0"]), dtype=torch.float64))
+        self.register_buffer("age", torch.tensor(float(h["lambda_0"]) * self.unit, dtype=torch.float64))
         self.register_buffer("rounds", torch.tensor(0, dtype=torch.int64))
 
     def loss(self, batch: Batch):
@@ -284,14 +364,17 @@ class BSPMLMethod(Method):
                                       ctx.knn)
         lam, rounds = float(self.age), int(self.rounds)
         rng = np.random.default_rng([self.setup.seed, rounds, 0xB5])
+        trace: list[float] = []
         w = weight_step(self.weights.cpu().numpy(), xi_pos, xi_neg, self.index, lam, self.mu,
                         step_cfg["step_size"], step_cfg["passes"], step_cfg["classes"], step_cfg["per_class"],
-                        step_cfg["block"], rng)
+                        step_cfg["block"], rng, tolerance=step_cfg["tolerance"], trace=trace,
+                        gradient=step_cfg["gradient"])
         self.weights.copy_(torch.from_numpy(w))
         self.rounds.fill_(rounds + 1)
-        self.age.fill_(min(h["age_multiplier"] * lam, h["lambda_inf"]))
+        self.age.fill_(min(h["age_multiplier"] * lam, self.lambda_inf))
         maw, sdaw = maw_sdaw(w, self.index.labels)
-        return {"bspml_lambda": lam, "bspml_maw": maw, "bspml_sdaw": sdaw,
+        return {"bspml_lambda": lam, "bspml_maw": maw, "bspml_sdaw": sdaw, "bspml_weight_passes": len(trace),
+                "bspml_weight_change": trace[-1],
                 "bspml_zero_weight_fraction": float((w == 0).mean()), "bspml_xi_pos_mean": float(xi_pos.mean()),
                 "bspml_xi_neg_mean": float(xi_neg.mean())}
 
@@ -308,11 +391,16 @@ def bspml_spec(balance: bool) -> MethodSpec:
     schema: dict[str, Field] = {
         "loss": Field(dict, {"alpha": 2.0, "beta": 50.0, "base": 1.0}),
         "miner": Field(dict, {"epsilon": 0.1}),
-        "lambda_inf": Field(float, 3.1, min=0.0, help="maximum age; the paper tunes it in [1, 5]"),
-        "lambda_0": Field(float, 2.56, min=0.0, help="ours: initial age (Alg. 1; not given by the paper)"),
+        "lambda_inf": Field(float, 3.1, min=0.0, help="maximum age, in age_unit; the paper tunes it in [1, 5] "
+                                                     "(absolute)"),
+        "lambda_0": Field(float, 2.56, min=0.0, help="ours: initial age, in age_unit (Alg. 1; not given by the paper)"),
+        "age_unit": Field(str, "absolute", choices=AGE_UNITS,
+                          help="ours: absolute = the paper's ages; log_class_size = multiples of (2/alpha) log(mean "
+                               "class size), the scale of Eq. 8's G_p, so that one value transfers across datasets"),
         "age_multiplier": Field(float, 1.1, min=1.0, help="ours: Alg. 1's c (not given by the paper)"),
         "epochs_per_round": Field(int, 1, min=1, help="ours: epochs of model steps per weight step"),
-        "weight_step": Field(dict, {"step_size": 0.1, "passes": 10, "classes": 16, "per_class": 16, "block": 256}),
+        "weight_step": Field(dict, {"step_size": 0.1, "passes": 10, "tolerance": 0.0, "gradient": "sampled",
+                                    "classes": 16, "per_class": 16, "block": 256}),
         "xi": Field(dict, {"negatives": "exact", "topk": 512}),
         "lr_multiplier": Field(float, 1.0, min=0.0),
     }
@@ -324,7 +412,15 @@ def bspml_spec(balance: bool) -> MethodSpec:
         "miner": {"epsilon": Field(float, 0.1, min=0.0)},
         "weight_step": {
             "step_size": Field(float, 0.1, min=0.0, help="ours: gamma_c = step_size * N^c"),
-            "passes": Field(int, 10, min=1, help="ours: Alg. 3's T = passes x N coordinate updates"),
+            "passes": Field(int, 10, min=1, help="ours: Alg. 3's T = at most passes x N coordinate updates"),
+            "tolerance": Field(float, 0.0, min=0.0,
+                               help="ours: a weight step stops after the first pass whose mean absolute weight change "
+                                    "is at most this (0 = always all passes); scripts/bspml_convergence.py measures "
+                                    "the sampled gradient's floor"),
+            "gradient": Field(str, "sampled", choices=GRADIENTS,
+                              help="sampled = Eq. 8's doubly stochastic estimate (Alg. 3); exact = its expectation "
+                                   "from class sums (ours: with xi fixed it costs O(1) per coordinate, and the step "
+                                   "settles, so the tolerance can be met)"),
             "classes": Field(int, 16, min=1, help="ours: Alg. 3's P (other classes drawn per update)"),
             "per_class": Field(int, 16, min=1, help="ours: Alg. 3's K (rows drawn per class)"),
             "block": Field(int, 256, min=1, help="ours: coordinates updated together (1 = sequential Alg. 3)"),

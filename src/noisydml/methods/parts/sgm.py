@@ -125,6 +125,43 @@ def intra_class_subgroups(features: np.ndarray, labels: np.ndarray, lambda_max: 
     return Subgroups(component, subgroup_class, size, meta)
 
 
+def intra_class_nearest(features: np.ndarray, labels: np.ndarray, block_rows: int = 2048) -> np.ndarray:
+    """Each row's similarity to its most similar class-mate (Eq. 4's ``max_k S_ik``, self excluded; ``nan`` for a
+    row alone in its class), class by class in row blocks."""
+    feats = np.ascontiguousarray(features, dtype=np.float32)
+    labels = np.asarray(labels, dtype=np.int64)
+    out = np.full(len(labels), np.nan, dtype=np.float64)
+    order = np.argsort(labels, kind="stable")
+    for members in np.split(order, np.flatnonzero(np.diff(labels[order])) + 1):
+        if len(members) < 2:
+            continue
+        block_feats = feats[members]
+        for start in range(0, len(members), block_rows):
+            sims = block_feats[start : start + block_rows] @ block_feats.T
+            own = np.arange(len(sims))
+            sims[own, start + own] = -np.inf
+            out[members[start : start + block_rows]] = sims.max(axis=1)
+    return out
+
+
+THRESHOLD_KEYS = ("lambda_max", "lambda_min", "merge_min_similarity")
+
+
+def similarity_thresholds(features: np.ndarray, labels: np.ndarray, cfg: dict) -> dict[str, float]:
+    """``lambda_max``, ``lambda_min`` and ``lambda'_min`` as cosine similarities. ``thresholds: absolute``: the
+    values as given. ``thresholds: quantile`` (ours; the spec's A15 option, the authors' ``adapt_threshold``): each
+    value is a quantile level in [0, 1] of the rows' intra-class nearest-neighbour similarities (by noisy label) in
+    this pass's features, so that the thresholds follow the feature space as it trains and across datasets and
+    backbones. No ground truth enters: only the labels SGM is given."""
+    if cfg.get("thresholds", "absolute") == "absolute":
+        return {key: float(cfg[key]) for key in THRESHOLD_KEYS}
+    nearest = intra_class_nearest(features, labels)
+    nearest = nearest[~np.isnan(nearest)]
+    if not len(nearest):
+        return {key: 1.0 for key in THRESHOLD_KEYS}  # no class has two rows: nothing links, nothing merges
+    return {key: float(np.quantile(nearest, cfg[key])) for key in THRESHOLD_KEYS}
+
+
 def _centroid_sums(features: np.ndarray, subgroup: np.ndarray, count: int) -> np.ndarray:
     sums = np.zeros((count, features.shape[1]), np.float64)
     np.add.at(sums, subgroup, np.asarray(features, dtype=np.float64))
@@ -302,16 +339,18 @@ def run_sgm(features: np.ndarray, labels: np.ndarray, cfg: dict, rng: np.random.
     t0 = time.perf_counter()
     features = np.ascontiguousarray(features, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.int64)
-    intra = intra_class_subgroups(features, labels, cfg["lambda_max"], cfg["lambda_min"])
+    at = similarity_thresholds(features, labels, cfg)
+    intra = intra_class_subgroups(features, labels, at["lambda_max"], at["lambda_min"])
     t1 = time.perf_counter()
     tau_k, tau_max, cell_size = sgm_sizes(cfg, len(labels), len(np.unique(labels)))
-    cb, merge_stats = bottom_up(features, intra, tau_k, tau_max, cfg["merge_min_similarity"],
+    cb, merge_stats = bottom_up(features, intra, tau_k, tau_max, at["merge_min_similarity"],
                                 cfg["meta_merge_similarity"], cfg["neighbours"], use_gpu)
     t2 = time.perf_counter()
     ct = top_down(features, intra, cell_size, rng) if top_down_labels else np.zeros(len(labels), np.int64)
     t3 = time.perf_counter()
     stats = {"subgroups": intra.count, "meta": int(intra.meta.sum()), "bottom_up_groups": int(cb.max()) + 1,
              "top_down_cells": int(ct.max()) + 1 if top_down_labels else 0, **merge_stats,
+             **{f"threshold_{key}": value for key, value in at.items()},
              "seconds_intra": t1 - t0, "seconds_bottom_up": t2 - t1, "seconds_top_down": t3 - t2}
     return SgmResult(intra, cb, ct, stats)
 

@@ -78,6 +78,10 @@ POSITIVE_RULES = ("both", "bottom_up", "top_down")
 POSITIVE_SOURCES = ("bank", "forward")
 
 SGM_SCHEMA = {
+    "thresholds": Field(str, "absolute", choices=("absolute", "quantile"),
+                        help="ours: absolute = lambda_max, lambda_min and merge_min_similarity are cosine similarities; "
+                             "quantile = quantile levels in [0, 1] of the intra-class nearest-neighbour similarities "
+                             "(noisy labels) of each SGM pass's features (the spec's A15 option)"),
     "lambda_max": Field(float, 0.6, min=-1.0, max=1.0,
                         help="Eq. 4: intra-class links above this similarity (paper: none; 0.6 from the authors' config)"),
     "lambda_min": Field(float, 0.3, min=-1.0, max=1.0, help="Alg. 1 l.6: intra-class edges below this are pruned (ours)"),
@@ -250,7 +254,8 @@ class SgpsMethod(PrismMethod):
         return logs
 
     #: SGM's counts, logged per round (the same on every process)
-    SGM_STATS = ("subgroups", "meta", "bottom_up_groups", "top_down_cells", "merges", "rejected_meta", "rejected_size")
+    SGM_STATS = ("subgroups", "meta", "bottom_up_groups", "top_down_cells", "merges", "rejected_meta", "rejected_size",
+                 "threshold_lambda_max", "threshold_lambda_min", "threshold_merge_min_similarity")
 
     def _sgm_labels(self, sgm: dict, rng: np.random.Generator) -> dict[str, float]:
         """One SGM round on the bank into ``bottom_up_labels`` / ``top_down_labels``; its counts."""
@@ -508,6 +513,11 @@ def clean_loss_without_enqueue(base, embeddings: torch.Tensor, labels: torch.Ten
 
 def check_sgps(hp: dict, where: str) -> None:
     """Checks across SGPS's keys (``validate`` of every SGPS method's spec)."""
+    if hp["sgm"]["thresholds"] == "quantile":
+        for key in ("lambda_max", "lambda_min", "merge_min_similarity"):
+            if not 0.0 <= hp["sgm"][key] <= 1.0:
+                raise ParamsError(f"{where}.sgm.{key}: {hp['sgm'][key]} with thresholds: quantile; allowed: a quantile "
+                                  "level in [0, 1]")
     if hp["sgm"]["lambda_min"] > hp["sgm"]["lambda_max"]:
         raise ParamsError(f"{where}.sgm.lambda_min: {hp['sgm']['lambda_min']} is above lambda_max "
                           f"{hp['sgm']['lambda_max']}; allowed: lambda_min <= lambda_max (Alg. 1)")
