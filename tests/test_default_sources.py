@@ -47,4 +47,4 @@ def test_a_changed_value_or_an_unlisted_key_is_reported():
     assert "methods.ms.loss.new_knob: listed 0 times" in text
     assert "methods.spms.lr_multiplier: 7.0, but it is listed as methods.bspml's" in text
     # the sgps variants share SGM's thresholds: the changed value is reported for them too
-    assert "methods.sgps_supcon.sgm.lambda_min: 0.7" in text or "methods.sgps_supcon.sgm.lambda_min" in text
+    assert "methods.sgps_supcon.sgm.lambda_min: 0.5, but it is listed as methods.sgps's, which is 0.123" in text

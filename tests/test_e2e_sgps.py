@@ -31,7 +31,8 @@ def repo(tmp_path_factory):
     raw["grid"].update(noises=["sym50"], methods=["sgps"], seeds=[0], run_noises=[])
     raw["train"].update(pretrained="none", epochs=2, batch={"classes": 2, "per_class": 2})
     raw["methods"]["sgps"].update(memory_size=64, positives="both")
-    raw["methods"]["sgps"]["sgm"].update(lambda_max=0.9, lambda_min=0.0, merge_min_similarity=-1.0, start_epoch=0)
+    raw["methods"]["sgps"]["sgm"].update(thresholds="absolute", lambda_max=0.9, lambda_min=0.0, merge_min_similarity=-1.0,
+                                         start_epoch=0)
     raw["figures"]["bspml_maps"] = {}
     raw["figures"]["sgps_ablations"].update(train=["mean"], seeds=[0])
     raw["chains"] = {k: v for k, v in raw["chains"].items() if k.startswith("sgps_posterior")}

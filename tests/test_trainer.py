@@ -117,8 +117,9 @@ def test_best_validation_without_validation_classes_is_refused(raw_params):
 @pytest.mark.parametrize("method, hparams", [
     ("mcl", {"memory_warmup_steps": 2}),                                   # XBM's queue engaged from step 2
     ("prism", {"memory_warmup_steps": 2, "warmup_steps": 2, "window": 4}),  # memory, centres and sTRM window engaged
-    ("bspml", {"lambda_0": 0.5, "lambda_inf": 1.0, "age_multiplier": 1.5,  # weights and age move every epoch
-               "weight_step": {"step_size": 0.3, "passes": 2, "classes": 2, "per_class": 3, "block": 4}}),
+    ("bspml", {"lambda_0": 0.5, "lambda_inf": 1.0, "age_multiplier": 1.5, "age_unit": "absolute",  # weights and age move
+               "weight_step": {"step_size": 0.3, "passes": 2, "tolerance": 0.0, "gradient": "sampled", "classes": 2,
+                               "per_class": 3, "block": 4}}),
     ("sgps", {"window": 4, "ppm": "transproto", "transproto": {"layers": 2, "heads": 2, "ffn_factor": 2,  # bank,
               "conditioning": 4}, "sgm": {"lambda_max": 0.9, "lambda_min": 0.5, "merge_min_similarity": 0.0,  # SGM
               "meta_merge_similarity": 1.0, "tau_k_factor": 1.0, "tau_max_factor": 2.0, "cell_size_factor": 1.0,
