@@ -283,7 +283,7 @@ def weight_step(weights: np.ndarray, xi_pos: np.ndarray, xi_neg: np.ndarray, ind
         change = float(np.abs(w - before).mean()) if len(w) else 0.0
         if trace is not None:
             trace.append(change)
-        if change <= tolerance:
+        if tolerance > 0 and change <= tolerance:  # 0: every pass, as Alg. 3 with a fixed T
             break
     return w
 
