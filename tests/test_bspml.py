@@ -430,8 +430,8 @@ def test_the_age_follows_alg1_round_by_round(monkeypatch):
     assert torch.equal(method.weights, torch.ones(len(labels), dtype=torch.float64))  # round 1: w = 1
     used = []
     real = bspml_module.weight_step
-    monkeypatch.setattr(bspml_module, "weight_step", lambda w, xp, xn, index, lam, *a: used.append(lam) or
-                        real(w, xp, xn, index, lam, *a))
+    monkeypatch.setattr(bspml_module, "weight_step", lambda w, xp, xn, index, lam, *a, **k: used.append(lam) or
+                        real(w, xp, xn, index, lam, *a, **k))
     ctx = SimpleNamespace(embed_train=lambda: emb.numpy(), similarity_blocks=similarity_blocks, knn=knn)
     for epoch in range(10):
         ctx.epoch = epoch

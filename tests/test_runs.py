@@ -86,7 +86,7 @@ def test_a_runs_overrides_are_the_only_difference_from_params(resolved):
     cell = next(r for r in runs_of(params) if r.kind.name == "bspml_cell" and r.point == {"lambda": 3.0, "mu": 20})
     trained = cell.params(params)
     assert trained["methods"]["bspml"] == {**params["methods"]["bspml"], "lambda_0": 3.0, "lambda_inf": 3.0,
-                                           "age_multiplier": 1.0, "mu": 20}
+                                           "age_multiplier": 1.0, "mu": 20, "age_unit": "absolute"}
     assert trained["train"] == params["train"] and cell.folder == "runs/glyphs/sympc20/bspml_lam3.0_mu20/seed0"
     variant = next(r for r in runs_of(params) if r.kind.name == "sgps_ablation")
     # a nested section of the overrides is merged key by key
