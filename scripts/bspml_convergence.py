@@ -40,9 +40,10 @@ def main() -> None:
     index = ClassIndex.of(labels)
     loss, step = hp["loss"], hp["weight_step"]
     step_size = step["step_size"] if args.step_size is None else args.step_size
-    unit = age_unit(hp.get("age_unit", "absolute"), labels, loss["alpha"])
+    unit = age_unit(hp["age_unit"], labels, loss["alpha"])
     lam = hp["lambda_inf"] * unit
-    mu = lam if hp.get("mu", "lambda_inf") == "lambda_inf" else float(hp["mu"]) * unit
+    # as BSPMLMethod: spms has no mu (no balance term); bspml's mu is lambda_inf or a number in the age's unit
+    mu = 0.0 if "mu" not in hp else lam if hp["mu"] == "lambda_inf" else float(hp["mu"]) * unit
     xi_pos = xi_positive(emb, index, loss["alpha"], loss["base"])
     xi_neg = xi_negative(emb, labels, loss["beta"], loss["base"], similarity_blocks)
     starts = {"ones": np.ones(len(labels))}

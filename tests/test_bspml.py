@@ -110,16 +110,21 @@ def _eq6(w, xi_pos, xi_neg, labels, lam, mu):
     return total
 
 
-def test_eq8_is_an_unbiased_estimate_of_the_eq6_gradient():
-    rng = np.random.default_rng(0)
-    labels = np.array([0] * 5 + [1] * 3 + [2] * 4 + [3] * 6)
+def _eq6_gradient_problem(labels, seed, lam=1.3, mu=0.7):
+    """Random xi and weights on ``labels``, and torch's derivative of the direct Eq. 6 at those weights."""
+    rng = np.random.default_rng(seed)
     n = len(labels)
     xi_pos, xi_neg = rng.uniform(0.5, 3.0, n), rng.uniform(0.0, 1.0, n)
     w0 = rng.uniform(0.2, 1.0, n)
-    lam, mu = 1.3, 0.7
     w = torch.tensor(w0, requires_grad=True)
     _eq6(w, torch.tensor(xi_pos), torch.tensor(xi_neg), labels, lam, mu).backward()
-    exact = w.grad.numpy()
+    return xi_pos, xi_neg, w0, lam, mu, w.grad.numpy()
+
+
+def test_eq8_is_an_unbiased_estimate_of_the_eq6_gradient():
+    labels = np.array([0] * 5 + [1] * 3 + [2] * 4 + [3] * 6)
+    n = len(labels)
+    xi_pos, xi_neg, w0, lam, mu, exact = _eq6_gradient_problem(labels, seed=0)
     index = ClassIndex.of(labels)
     zeta = np.bincount(labels, weights=w0)
     coords = np.arange(n)
@@ -447,18 +452,12 @@ def test_the_age_follows_alg1_round_by_round(monkeypatch):
 def test_the_exact_gradient_is_eq6s_derivative():
     """exact_gradient (class sums) equals torch's derivative of the direct Eq. 6, on uneven classes (one of a single
     row) with the balance term on."""
-    rng = np.random.default_rng(4)
     labels = np.array([0] * 5 + [1] * 3 + [2] * 4 + [3] * 6 + [4] * 1)
-    n = len(labels)
-    xi_pos, xi_neg = rng.uniform(0.5, 3.0, n), rng.uniform(0.0, 1.0, n)
-    w0 = rng.uniform(0.2, 1.0, n)
-    lam, mu = 1.3, 0.7
-    w = torch.tensor(w0, requires_grad=True)
-    _eq6(w, torch.tensor(xi_pos), torch.tensor(xi_neg), labels, lam, mu).backward()
+    xi_pos, xi_neg, w0, lam, mu, exact = _eq6_gradient_problem(labels, seed=4)
     index = ClassIndex.of(labels)
     sums = tuple(np.bincount(labels, weights=v) for v in (w0, w0 * xi_pos, w0 * xi_neg))
-    ours = exact_gradient(np.arange(n), w0, sums, xi_pos, xi_neg, index, lam, mu) / index.count[labels]
-    assert np.allclose(ours, w.grad.numpy(), rtol=0, atol=1e-12), np.abs(ours - w.grad.numpy()).max()
+    ours = exact_gradient(np.arange(len(labels)), w0, sums, xi_pos, xi_neg, index, lam, mu) / index.count[labels]
+    assert np.allclose(ours, exact, rtol=0, atol=1e-12), np.abs(ours - exact).max()
 
 
 def test_the_exact_weight_step_settles_within_its_tolerance_and_the_sampled_one_does_not():
