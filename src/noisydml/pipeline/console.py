@@ -13,9 +13,13 @@ user's; the scripts in ``scripts/`` are benchmarks and maintenance tools.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+#: Set when :func:`run_own_package` has re-started this command under the checkout's own package (no second time)
+OWN_PACKAGE_STARTED = "NOISYDML_OWN_PACKAGE_STARTED"
 
 COMMANDS = {
     "check": "validate all of params.yaml at once (every error, with its key, value and what is allowed)",
@@ -26,7 +30,48 @@ COMMANDS = {
 }
 
 
+def foreign_package(root: Path) -> tuple[Path, Path] | None:
+    """``(the checkout's package, the package this process imports)`` when ``root`` is a noisydml checkout
+    (``src/noisydml``) and this process imports another copy of the package, else None.
+
+    That happens in a clone that shares another checkout's virtual environment: its editable install points at
+    the other checkout's ``src``. The stages would then run the other checkout's code while ``dvc.lock``
+    records the hashes of this one's, and nothing would say so."""
+    import noisydml
+
+    own = root / "src" / "noisydml"
+    if not (own / "__init__.py").is_file():
+        return None
+    running = Path(noisydml.__file__).resolve().parent
+    return None if running == own.resolve() else (own.resolve(), running)
+
+
+def run_own_package(argv: list[str], root: Path | None = None) -> None:
+    """Re-start this command (``exec``: the same process) with the checkout's ``src`` first on ``PYTHONPATH``
+    when it imports another checkout's package (:func:`foreign_package`); returns when there is nothing to do.
+    The launcher's Ray workers inherit that ``PYTHONPATH``, so the stages they run import the checkout's code
+    too. Raises when the re-started command still imports the other package."""
+    if root is None:  # the checkout around the working directory, as DVC finds its repository
+        root = next((d for d in (Path.cwd(), *Path.cwd().parents) if (d / "src" / "noisydml").is_dir()), Path.cwd())
+    found = foreign_package(root)
+    if found is None:
+        return
+    own, running = found
+    if os.environ.get(OWN_PACKAGE_STARTED):
+        raise SystemExit(f"noisydml: this checkout's package is {own}, but {running} is imported even with "
+                         f"{own.parent} first on PYTHONPATH ({os.environ.get('PYTHONPATH')!r})")
+    print(f"noisydml: running this checkout's package ({own}), not the environment's ({running})",
+          file=sys.stderr, flush=True)
+    path = os.pathsep.join([str(own.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PYTHONPATH": path, OWN_PACKAGE_STARTED: "1"}
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-c", "import sys; from noisydml.pipeline.console import main; "
+                               "sys.exit(main())", *argv], env)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] and sys.argv[1] in COMMANDS:  # the console command, not a caller's main(argv)
+        run_own_package(sys.argv[1:])
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="noisydml", description="noisydml: noise-robust deep metric learning, reproduced through DVC.",
