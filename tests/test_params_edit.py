@@ -92,6 +92,12 @@ def test_a_refused_or_dry_override_leaves_params_yaml_byte_identical(tmp_path):
     assert "would run  seeded@1 (new with the -S values" in dry.stdout
     assert "duration unknown" in dry.stdout and "~0.0 min" not in dry.stdout
     assert "params.yaml not changed" in dry.stdout
+    fewer = subprocess.run([*launch, "--dry", "-S", "grid.seeds=[1]", "-S", "figures.bspml_maps.glyphs_sym50.seed=1"],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert fewer.returncode == 0, fewer.stderr
+    # seed 0 leaves the graph: not a stage the launch would run
+    assert "would run  seeded@0" not in fewer.stdout and "would run  seeded@1 (new" in fewer.stdout
+    assert "not in the graph with the -S values: 1 stage(s) (e.g. seeded@0)" in fewer.stdout
 
 
 def test_a_missing_key_without_plus_says_how_to_add_it(tmp_path):

@@ -866,7 +866,14 @@ def dry_run(the_plan: Plan, durations: dict, jobs: int | None, edit=None, root: 
     if edit is not None and root is not None:
         from noisydml.pipeline.overrides import stage_names_with
 
-        added = sorted(stage_names_with(root / "dvc.yaml", edit.text) - {s.addressing for s in the_plan.order})
+        edited = stage_names_with(root / "dvc.yaml", edit.text)
+        added = sorted(edited - {s.addressing for s in the_plan.order})
+        # stages the -S values take out of the graph (another dataset, fewer seeds) are not run by the launch
+        gone = [s for s in would if s.addressing not in edited]
+        would = [s for s in would if s.addressing in edited]
+        if gone:
+            print(f"not in the graph with the -S values: {len(gone)} stage(s) (e.g. {gone[0].addressing}); "
+                  "the launch does not run them")
     known = [durations.get(s.addressing) for s in would]
     for stage, seconds in zip(would, known):
         print(f"would run  {stage.addressing}" + (f" (last {seconds:.0f} s)" if seconds is not None else
