@@ -226,6 +226,32 @@ def test_l_noise_matches_a_direct_computation_of_eqs_13_to_16():
 
 
 
+@pytest.mark.parametrize("positives, negatives, conditions", [
+    ("both", "positives", ("b", "t")), ("bottom_up", "positives", ("b",)), ("top_down", "positives", ("t",)),
+    ("bottom_up", "both", ("b", "t")), ("top_down", "both", ("b", "t"))])
+def test_the_negative_mask_follows_its_own_rule_apart_from_the_positives(positives, negatives, conditions):
+    """Eq. 14: a negative's noisy label differs and, for each labelling the rule names, its c^B / c^T differ too:
+    those of the positives (A19) or, with ``negatives: both``, c^B and c^T whatever side the positives come from,
+    so that Fig. 5a's one-side runs can be compared at the same mask. The pools still follow ``positives``."""
+    m, labels = _method(positives=positives, negatives=negatives)
+    m.bottom_up_labels.copy_(torch.tensor([0, 0, 1, 1, 2, 2, 0, 3, 3, 4, 4, 4]))
+    m.top_down_labels.copy_(torch.tensor([0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0]))
+    cb, ct = m.bottom_up_labels.numpy(), m.top_down_labels.numpy()
+    rows = torch.arange(12)
+    mask = m._negative_mask(rows, torch.as_tensor(labels), rows, torch.as_tensor(labels)).numpy()
+    expected = labels[:, None] != labels[None, :]
+    if "b" in conditions:
+        expected &= cb[:, None] != cb[None, :]
+    if "t" in conditions:
+        expected &= ct[:, None] != ct[None, :]
+    assert np.array_equal(mask, expected)
+    assert m._computes_top_down() == ("t" in conditions)  # SGM computes c^T when the mask or the pools need it
+    m.sgm_round.fill_(1)
+    m._set_pools()
+    assert set(m.decisions().groups) == {"bottom_up": {"bottom_up"}, "top_down": {"top_down"},
+                                         "both": {"bottom_up", "top_down"}}[positives]
+
+
 def test_forwarded_positives_are_drawn_for_every_item_and_carry_the_gradient():
     """positive_source forward (the authors' loader): K positives per batch item asked before the forward; the
     rejected items' prototypes are built from those rows' forwarded embeddings, not the bank, with gradient."""

@@ -75,6 +75,8 @@ if TYPE_CHECKING:
 
 PPMS = ("softmax", "mean", "max", "transproto")
 POSITIVE_RULES = ("both", "bottom_up", "top_down")
+#: Eqs. 14-15's subgroup conditions: those of the labellings the positives come from (A19), or c^B and c^T always
+NEGATIVE_RULES = ("positives", "both")
 POSITIVE_SOURCES = ("bank", "forward")
 
 SGM_SCHEMA = {
@@ -121,6 +123,10 @@ SGPS_SCHEMA = {
                                   "images per batch item forwarded with gradient (forward: the authors' code)"),
     "positives": Field(str, "both", choices=POSITIVE_RULES,
                        help="candidates: c^B- and c^T-mates (both, A3) or one side only (Fig. 5a)"),
+    "negatives": Field(str, "positives", choices=NEGATIVE_RULES,
+                       help="Eqs. 14-15: a negative's c^B / c^T must differ for the labellings the positives come "
+                            "from (positives, A19) or for both whatever the positives (both, ours: separates Fig. "
+                            "5a's positives from its negative mask)"),
     "ppm": Field(str, "softmax", choices=PPMS, help="the prototype (Eqs. 7-9 or TransProto; A23: softmax)"),
     "temperature": Field(float, 0.02, min=1e-6, help="tau of Eq. 13 (Table V: 0.02)"),
     "margin": Field(float, 0.1, help="delta of Eq. 13 (Table V: 0.1)"),
@@ -217,8 +223,16 @@ class SgpsMethod(PrismMethod):
     # ------------------------------------------------------------------ SGM
 
     def _uses(self) -> tuple[bool, bool]:
+        """Whether the positives are drawn from c^B-mates, from c^T-mates."""
         rule = self.hparams["positives"]
         return rule in ("both", "bottom_up"), rule in ("both", "top_down")
+
+    def _masks(self) -> tuple[bool, bool]:
+        """Whether Eqs. 14-15 ask a negative's c^B, its c^T, to differ from the anchor's (``negatives``)."""
+        return (True, True) if self.hparams["negatives"] == "both" else self._uses()
+
+    def _computes_top_down(self) -> bool:
+        return self._uses()[1] or self._masks()[1]
 
     def _set_pools(self) -> None:
         use_b, use_t = self._uses()
@@ -246,7 +260,7 @@ class SgpsMethod(PrismMethod):
         stats = self._on_one_rank(lambda: self._sgm_labels(sgm, rng), (self.bottom_up_labels, self.top_down_labels))
         print(f"SGM round {int(self.sgm_round) + 1}: {int(stats['subgroups'])} subgroups, "
               f"{int(stats['bottom_up_groups'])} bottom-up groups"
-              + (f", {int(stats['top_down_cells'])} top-down cells" if self._uses()[1] else "")
+              + (f", {int(stats['top_down_cells'])} top-down cells" if self._computes_top_down() else "")
               + f" in {time.perf_counter() - t0:.2f} s")
         self.sgm_round += 1
         self._set_pools()
@@ -261,7 +275,7 @@ class SgpsMethod(PrismMethod):
         """One SGM round on the bank into ``bottom_up_labels`` / ``top_down_labels``; its counts."""
         # Alg. 2's candidate search grows as the square of the subgroups: on the GPU when the bank is there
         result = run_sgm(self.bank.cpu().numpy(), self.setup.train_labels, sgm, rng,
-                         top_down_labels=self._uses()[1], use_gpu=self.bank.is_cuda)
+                         top_down_labels=self._computes_top_down(), use_gpu=self.bank.is_cuda)
         self.bottom_up_labels.copy_(torch.from_numpy(result.bottom_up))
         self.top_down_labels.copy_(torch.from_numpy(result.top_down))
         return {k: float(result.stats.get(k, 0)) for k in self.SGM_STATS}
@@ -361,8 +375,9 @@ class SgpsMethod(PrismMethod):
 
     def _negative_mask(self, anchor_rows: torch.Tensor, anchor_labels: torch.Tensor, other_rows: torch.Tensor,
                        other_labels: torch.Tensor) -> torch.Tensor:
-        """Eq. 14: the noisy label, c^B and c^T (those in use, A19) all differ from the anchor's."""
-        use_b, use_t = self._uses()
+        """Eq. 14: the noisy label, c^B and c^T (those in use, A19; both with ``negatives: both``) all differ from
+        the anchor's."""
+        use_b, use_t = self._masks()
         mask = anchor_labels[:, None] != other_labels[None, :]
         if use_b:
             mask &= self.bottom_up_labels[anchor_rows][:, None] != self.bottom_up_labels[other_rows][None, :]
