@@ -18,18 +18,11 @@ from typing import Any, Iterator
 
 import yaml
 
+from noisydml.tracking import flatten
+
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("paper", "authors", "library", "tuned", "ours", "as")
 SECTIONS = ("train", "pretrain")
-
-
-def leaves(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) of every leaf of a mapping."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from leaves(value, (*path, str(key)))
-    else:
-        yield ".".join(path), node
 
 
 def _matches(pattern: str, key: str) -> bool:
@@ -67,7 +60,7 @@ def table(params: dict, sources: dict) -> tuple[list[dict], list[str]]:
             continue
         listed = list(entries(spec))
         used = set()
-        for key, value in leaves(body):
+        for key, value in flatten(body).items():
             hits = [(i, e) for i, e in enumerate(listed) if _matches(e[1], key)]
             if len(hits) != 1:
                 problems.append(f"{where}.{key}: listed {len(hits)} times in params.sources.yaml "
@@ -82,7 +75,7 @@ def table(params: dict, sources: dict) -> tuple[list[dict], list[str]]:
                                 "re-tune it, or say where the new value comes from")
             if source == "as":
                 other = details["method"]
-                theirs = dict(leaves(params["methods"].get(other, {}))).get(key, "<missing>")
+                theirs = flatten(params["methods"].get(other, {})).get(key, "<missing>")
                 note = f"= methods.{other}.{key}"
                 if theirs != value:
                     problems.append(f"{where}.{key}: {value!r}, but it is listed as methods.{other}'s, which is "

@@ -23,7 +23,7 @@ def test_every_value_has_exactly_one_source_and_tuned_values_are_current():
     params, sources = _load()
     rows, problems = default_sources.table(params, sources)
     assert not problems, "\n".join(problems)
-    assert len(rows) == sum(1 for s in ("train", "pretrain", "methods") for _ in default_sources.leaves(params[s]))
+    assert len(rows) == sum(1 for s in ("train", "pretrain", "methods") for _ in default_sources.flatten(params[s]))
 
 
 def test_tuned_values_say_how_and_never_use_the_truth_or_the_test_split():

@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from noisydml.schema import ParamsError
+from noisydml.tracking import flatten
 
 
 #: What an annotated setting of a profile says: ``{set: '<-S argument>', paper, authors, why}``.
@@ -95,15 +96,6 @@ def settings_tables(profiles: dict[str, dict]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _leaves(value: Any, prefix: str) -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, sub in value.items():
-            out.update(_leaves(sub, f"{prefix}.{key}"))
-        return out
-    return {prefix: value}
-
-
 def _field_help(method: str, key: str) -> str:
     """The help text of ``methods.<method>.<key>``'s field (its source: paper, authors or ours), or ''."""
     from noisydml.methods import load_spec
@@ -128,8 +120,8 @@ def inherited_tables(profiles: dict[str, dict], applied: dict[str, dict], base: 
         paper, short = name.split("/")
         params = applied[name]
         for method in sorted({run.method for run in runs_of(params)}):
-            mine = _leaves(params["methods"][method], method)
-            theirs = _leaves(base["methods"].get(method, {}), method)
+            mine = flatten(params["methods"][method], f"{method}.")
+            theirs = flatten(base["methods"].get(method, {}), f"{method}.")
             for key, value in mine.items():
                 if key in theirs and theirs[key] == value and not key.split(".")[1] == "per_noise":
                     papers.setdefault(paper, {}).setdefault((key, json.dumps(value)), []).append(short)
