@@ -74,6 +74,23 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     return x / np.where(norms > 0, norms, 1.0)
 
 
+def _class_blocks(features: np.ndarray, labels: np.ndarray, block_rows: int):
+    """Per class with two rows or more, in blocks of at most ``block_rows`` rows: ``(members, start, sims)``,
+    ``sims`` the similarities of rows ``members[start:start + len(sims)]`` to every class-mate, each row's own
+    entry -inf (Eq. 4's ``max_k`` excludes the row itself, A29). Never more than a block x class size matrix."""
+    feats = np.ascontiguousarray(features, dtype=np.float32)
+    order = np.argsort(labels, kind="stable")
+    for members in np.split(order, np.flatnonzero(np.diff(labels[order])) + 1):
+        if len(members) < 2:
+            continue
+        block_feats = feats[members]
+        for start in range(0, len(members), block_rows):
+            sims = block_feats[start : start + block_rows] @ block_feats.T  # (rows, class size)
+            own = np.arange(len(sims))
+            sims[own, start + own] = -np.inf
+            yield members, start, sims
+
+
 def intra_class_subgroups(features: np.ndarray, labels: np.ndarray, lambda_max: float, lambda_min: float,
                           block_rows: int = 2048) -> Subgroups:
     """Alg. 1 on every class: Eq. 4's links, pruned below ``lambda_min``, connected components, meta clusters."""
@@ -82,29 +99,20 @@ def intra_class_subgroups(features: np.ndarray, labels: np.ndarray, lambda_max: 
 
     if lambda_min > lambda_max:
         raise ValueError(f"lambda_min {lambda_min} > lambda_max {lambda_max}: Alg. 1 needs lambda_min <= lambda_max")
-    feats = np.ascontiguousarray(features, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.int64)
     n = len(labels)
-    order = np.argsort(labels, kind="stable")
-    bounds = np.flatnonzero(np.diff(labels[order])) + 1
     src, dst = [], []
-    for members in np.split(order, bounds):
-        if len(members) < 2:
-            continue
-        block_feats = feats[members]
-        for start in range(0, len(members), block_rows):
-            rows = members[start : start + block_rows]
-            sims = block_feats[start : start + block_rows] @ block_feats.T  # (rows, class size)
-            own = np.arange(len(rows))
-            sims[own, start + own] = -np.inf  # Eq. 4's max_k excludes the row itself (A29)
-            nearest = sims.argmax(axis=1)
-            best = sims[own, nearest]
-            linked = best >= lambda_min  # Alg. 1 l.6 prunes every edge below lambda_min
-            src.append(rows[linked])
-            dst.append(members[nearest[linked]])
-            r, c = np.nonzero((sims > lambda_max) & (sims >= lambda_min))
-            src.append(rows[r])
-            dst.append(members[c])
+    for members, start, sims in _class_blocks(features, labels, block_rows):
+        rows = members[start : start + len(sims)]
+        own = np.arange(len(sims))
+        nearest = sims.argmax(axis=1)
+        best = sims[own, nearest]
+        linked = best >= lambda_min  # Alg. 1 l.6 prunes every edge below lambda_min
+        src.append(rows[linked])
+        dst.append(members[nearest[linked]])
+        r, c = np.nonzero((sims > lambda_max) & (sims >= lambda_min))
+        src.append(rows[r])
+        dst.append(members[c])
     if src:
         s, d = np.concatenate(src), np.concatenate(dst)
     else:
@@ -127,20 +135,11 @@ def intra_class_subgroups(features: np.ndarray, labels: np.ndarray, lambda_max: 
 
 def intra_class_nearest(features: np.ndarray, labels: np.ndarray, block_rows: int = 2048) -> np.ndarray:
     """Each row's similarity to its most similar class-mate (Eq. 4's ``max_k S_ik``, self excluded; ``nan`` for a
-    row alone in its class), class by class in row blocks."""
-    feats = np.ascontiguousarray(features, dtype=np.float32)
+    row alone in its class)."""
     labels = np.asarray(labels, dtype=np.int64)
     out = np.full(len(labels), np.nan, dtype=np.float64)
-    order = np.argsort(labels, kind="stable")
-    for members in np.split(order, np.flatnonzero(np.diff(labels[order])) + 1):
-        if len(members) < 2:
-            continue
-        block_feats = feats[members]
-        for start in range(0, len(members), block_rows):
-            sims = block_feats[start : start + block_rows] @ block_feats.T
-            own = np.arange(len(sims))
-            sims[own, start + own] = -np.inf
-            out[members[start : start + block_rows]] = sims.max(axis=1)
+    for members, start, sims in _class_blocks(features, labels, block_rows):
+        out[members[start : start + len(sims)]] = sims.max(axis=1)
     return out
 
 
@@ -153,7 +152,7 @@ def similarity_thresholds(features: np.ndarray, labels: np.ndarray, cfg: dict) -
     value is a quantile level in [0, 1] of the rows' intra-class nearest-neighbour similarities (by noisy label) in
     this pass's features, so that the thresholds follow the feature space as it trains and across datasets and
     backbones. No ground truth enters: only the labels SGM is given."""
-    if cfg.get("thresholds", "absolute") == "absolute":
+    if cfg["thresholds"] == "absolute":
         return {key: float(cfg[key]) for key in THRESHOLD_KEYS}
     nearest = intra_class_nearest(features, labels)
     nearest = nearest[~np.isnan(nearest)]
