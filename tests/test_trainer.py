@@ -121,9 +121,9 @@ def test_best_validation_without_validation_classes_is_refused(raw_params):
                "weight_step": {"step_size": 0.3, "passes": 2, "tolerance": 0.0, "gradient": "sampled", "classes": 2,
                                "per_class": 3, "block": 4}}),
     ("sgps", {"window": 4, "ppm": "transproto", "transproto": {"layers": 2, "heads": 2, "ffn_factor": 2,  # bank,
-              "conditioning": 4}, "sgm": {"lambda_max": 0.9, "lambda_min": 0.5, "merge_min_similarity": 0.0,  # SGM
-              "meta_merge_similarity": 1.0, "tau_k_factor": 1.0, "tau_max_factor": 2.0, "cell_size_factor": 1.0,
-              "neighbours": 8, "every_epochs": 1, "start_epoch": 1}}),  # labels and TransProto all move
+              "conditioning": 4}, "sgm": {"thresholds": "absolute", "lambda_max": 0.9, "lambda_min": 0.5,  # SGM
+              "merge_min_similarity": 0.0, "meta_merge_similarity": 1.0, "tau_k_factor": 1.0, "tau_max_factor": 2.0,
+              "cell_size_factor": 1.0, "neighbours": 8, "every_epochs": 1, "start_epoch": 1}}),  # labels and TransProto all move
 ])
 def test_resume_is_bit_exact_with_engaged_memories(data, tmp_path, method, hparams):
     spec = _spec(method, epochs=4, hparams=hparams)
