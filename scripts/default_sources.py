@@ -14,7 +14,7 @@ import argparse
 import fnmatch
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import yaml
 
