@@ -1,6 +1,7 @@
 """The embedded motifs dataset: RGB, fine-grained, deterministic, with a disjoint pretraining source set."""
 
 import copy
+import hashlib
 
 import numpy as np
 import pytest
@@ -10,6 +11,9 @@ from noisydml.config import PRETRAIN_SOURCE_CLASSES, validate_params
 from noisydml.data import motifs
 from noisydml.data.registry import DATASET_KINDS
 from noisydml.schema import ParamsError
+
+#: sha256 prefix of motifs.generate(8, 2, 16, seed=0)'s images, computed at the commit before the generator's knobs
+MOTIFS_8x2x16_SEED0 = "7b054c217355ca0a"
 
 
 def test_same_parameters_give_the_same_bytes_and_rgb_images():
@@ -29,7 +33,8 @@ def test_the_source_set_shares_no_genus_with_the_dataset_and_the_bounds_are_the_
     target, source = motifs.target_genera(), motifs.source_genera()
     assert not set(target) & set(source)
     assert len(set(target)) == len(target) and len(set(source)) == len(source)
-    assert motifs.max_classes() == DATASET_KINDS["motifs"].schema["num_classes"].max
+    most = motifs.max_classes(species_per_genus=motifs.MAX_SPECIES_PER_GENUS)
+    assert most == DATASET_KINDS["motifs"].schema["num_classes"].max
     assert motifs.max_classes(source=True) == PRETRAIN_SOURCE_CLASSES["motifs"]
     source_names = {name.split(" / ")[0] for name in motifs.generate_source(40, 2, 16, seed=0)[2]}
     target_names = {name.split(" / ")[0] for name in motifs.generate(40, 2, 16, seed=0)[2]}
@@ -44,6 +49,41 @@ def test_species_of_a_genus_share_the_shape_and_differ_in_colour_or_pattern():
     gaps = np.diff(hues + [hues[0] + 1.0])
     assert gaps.min() > 0.15  # far above the per-image hue jitter (0.02)
     assert motifs.species_of(genus, 0) == species  # seeded
+
+
+def test_the_default_knobs_are_the_motifs_dataset_byte_for_byte():
+    """species_per_genus, hue_jitter and whole_genera at their defaults draw and render what motifs always did:
+    the digest of its first images, recorded before the knobs existed."""
+    images, labels, names = motifs.generate(8, 2, 16, seed=0, species_per_genus=4, hue_jitter=0.02,
+                                            whole_genera=False)
+    assert np.array_equal(images, motifs.generate(8, 2, 16, seed=0)[0])
+    assert hashlib.sha256(images.tobytes()).hexdigest()[:16] == MOTIFS_8x2x16_SEED0
+
+
+def test_whole_genera_put_siblings_in_both_halves_and_hue_jitter_turns_every_image():
+    """motifs_hard's draw: every species of num_classes / species_per_genus genera, so a test species meets its
+    siblings; with hue_jitter 0.3 two images of one species differ in hue as much as two species do."""
+    _, labels, names = motifs.generate(32, 1, 16, seed=0, species_per_genus=8, whole_genera=True)
+    genera_of = [name.split(" / ")[0] for name in names]
+    assert len(set(genera_of)) == 4 and all(genera_of.count(g) == 8 for g in set(genera_of))
+    train, test = set(genera_of[:16]), set(genera_of[16:])
+    assert train == test  # siblings on both sides of the class-disjoint split
+    species = motifs.species_of(motifs.target_genera()[0], 0, per_genus=8)
+    assert len(species) == 8 and len({s.pattern for s in species}) == 3
+    calm = motifs.generate(2, 6, 32, seed=1, hue_jitter=0.0)[0]
+    turned = motifs.generate(2, 6, 32, seed=1, hue_jitter=0.3)[0]
+    assert not np.array_equal(calm, turned)
+    with pytest.raises(ValueError, match="num_classes=600, but 576 species"):
+        motifs.generate(600, 1, 16, seed=0)
+
+
+def test_motifs_num_classes_is_checked_against_its_species_per_genus(raw_params):
+    body = {**{k: v for k, v in raw_params["datasets"]["motifs"].items() if k != "kind"}, "num_classes": 700,
+            "species_per_genus": 4}
+    with pytest.raises(ParamsError, match=r"datasets.motifs.num_classes: 700, but 576 species exist at "
+                                          r"species_per_genus 4; allowed: 4..576"):
+        DATASET_KINDS["motifs"].check(body, "datasets.motifs")
+    assert DATASET_KINDS["motifs"].check({**body, "species_per_genus": 8}, "datasets.motifs")["num_classes"] == 700
 
 
 def test_motifs_trains_through_the_pipeline_with_small_cluster_noise(raw_params, tmp_path):

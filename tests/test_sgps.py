@@ -245,7 +245,7 @@ def test_the_negative_mask_follows_its_own_rule_apart_from_the_positives(positiv
     if "t" in conditions:
         expected &= ct[:, None] != ct[None, :]
     assert np.array_equal(mask, expected)
-    assert m._computes_top_down() == ("t" in conditions)  # SGM computes c^T when the mask or the pools need it
+    assert m._masks()[1] == ("t" in conditions)  # SGM computes c^T when the mask needs it (it covers the pools')
     m.sgm_round.fill_(1)
     m._set_pools()
     assert set(m.decisions().groups) == {"bottom_up": {"bottom_up"}, "top_down": {"top_down"},

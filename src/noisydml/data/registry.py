@@ -34,9 +34,13 @@ class DatasetKind:
         return cfg
 
 
-def _embedded_kind(kind: str, classes: str, default_classes: int, max_classes: int) -> DatasetKind:
+def _embedded_kind(kind: str, classes: str, default_classes: int, max_classes: int,
+                   generator: dict[str, Field] | None = None,
+                   extra_check: Callable[[dict, str], None] = lambda cfg, where: None) -> DatasetKind:
     """A dataset the prepare stage renders offline with ``noisydml.data.<kind>.generate``:
-    ``classes`` (what a class is) up to ``max_classes``; the first half of the classes train."""
+    ``classes`` (what a class is) up to ``max_classes``; the first half of the classes train. ``generator``: the
+    kind's own keys, passed to its ``generate`` by name."""
+    generator = generator or {}
 
     def prepare(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
         from noisydml.data import glyphs, motifs  # imported by name: the prepare stage's code deps see both
@@ -44,7 +48,8 @@ def _embedded_kind(kind: str, classes: str, default_classes: int, max_classes: i
         generate = {"glyphs": glyphs.generate, "motifs": motifs.generate}[kind]
         with tqdm(total=cfg["num_classes"], desc=f"prepare {name}: rendering classes", unit="class") as bar:
             images, labels, class_names = generate(
-                cfg["num_classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"], progress=bar
+                cfg["num_classes"], cfg["images_per_class"], cfg["image_size"], cfg["seed"], progress=bar,
+                **{key: cfg[key] for key in generator}
             )
         return write_prepared(out_dir, images, labels, class_names, {"name": name, "kind": kind, **cfg})
 
@@ -54,8 +59,34 @@ def _embedded_kind(kind: str, classes: str, default_classes: int, max_classes: i
         "images_per_class": Field(int, 32, min=2),
         "image_size": Field(int, 32, min=8, max=64),
         "seed": Field(int, 0, min=0),
+        **generator,
     }
-    return DatasetKind(schema=schema, prepare=prepare, train_classes=lambda cfg: cfg["num_classes"] // 2)
+    return DatasetKind(schema=schema, prepare=prepare, train_classes=lambda cfg: cfg["num_classes"] // 2,
+                       extra_check=extra_check)
+
+
+def _motifs_kind() -> DatasetKind:
+    """Motifs, with the generator's difficulty as keys (ours): the defaults are the ``motifs`` dataset."""
+    from noisydml.data import motifs
+
+    def check(cfg: dict, where: str) -> None:
+        available = motifs.max_classes(species_per_genus=cfg["species_per_genus"])
+        if cfg["num_classes"] > available:
+            raise ParamsError(f"{where}.num_classes: {cfg['num_classes']}, but {available} species exist at "
+                              f"species_per_genus {cfg['species_per_genus']}; allowed: 4..{available}")
+
+    most = motifs.max_classes(species_per_genus=motifs.MAX_SPECIES_PER_GENUS)
+    generator = {
+        "species_per_genus": Field(int, motifs.SPECIES_PER_GENUS, min=2, max=motifs.MAX_SPECIES_PER_GENUS,
+                                   help="ours: species of one genus (one shape), their hues 1/k of the circle "
+                                        "apart; patterns cycle over 4, so past 4 siblings share a pattern"),
+        "hue_jitter": Field(float, motifs.HUE_JITTER, min=0.0, max=1.0,
+                            help="ours: std of every image's hue turn (body and parts alike, as a fraction of "
+                                 "the circle); past ~0.25 hue is a nuisance, not a cue"),
+        "whole_genera": Field(bool, False, help="ours: draw whole genera (every species of num_classes / "
+                                                "species_per_genus shapes), so siblings meet in the test half"),
+    }
+    return _embedded_kind("motifs", "species (fine-grained classes)", 200, most, generator, check)
 
 
 def _prepare_folder(name: str, cfg: dict, out_dir: Path, base_dir: Path, workers: int = 0) -> dict:
@@ -96,8 +127,8 @@ def _faces_kind() -> DatasetKind:
 
 DATASET_KINDS: dict[str, DatasetKind] = {
     "glyphs": _embedded_kind("glyphs", "distinct characters", 400, 423),
-    # 576: 144 genera x 4 species (noisydml.data.motifs.max_classes; a test checks the bound)
-    "motifs": _embedded_kind("motifs", "species (fine-grained classes)", 200, 576),
+    # 144 genera x species_per_genus species (noisydml.data.motifs.max_classes; a test checks the bound)
+    "motifs": _motifs_kind(),
     "folder": DatasetKind(
         schema={
             "root": Field(str, "", help="folder with one sub-folder per class"),

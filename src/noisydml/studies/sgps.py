@@ -285,4 +285,7 @@ STUDY = Study(name="sgps", title="SGPS (IEEE TIP 2024)", sections={"sgps_ablatio
                       Claim("sgps_posterior", "sgps", "posterior data clean lifts SGPS (Table I's SGPS-MCL)", diagnostics=POSITIVES),
                       # the same at an equal budget: 24 epochs behind both final models (chains.sgps_from_prism)
                       Claim("sgps_posterior", "sgps_from_prism", "posterior data clean lifts SGPS at an equal budget "
-                            "(ours: against the same two stages without the clean)", diagnostics=POSITIVES)))
+                            "(ours: against the same two stages without the clean)", diagnostics=POSITIVES),
+                      # SGPS against PRISM from the same trained weights, at an equal budget (chains.prism_from_prism)
+                      Claim("sgps_from_prism", "prism_from_prism", "SGPS above PRISM (Tables I-II), both continued "
+                            "from PRISM's weights (ours: an equal budget)", diagnostics=POSITIVES)))

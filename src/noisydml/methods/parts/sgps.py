@@ -228,11 +228,9 @@ class SgpsMethod(PrismMethod):
         return rule in ("both", "bottom_up"), rule in ("both", "top_down")
 
     def _masks(self) -> tuple[bool, bool]:
-        """Whether Eqs. 14-15 ask a negative's c^B, its c^T, to differ from the anchor's (``negatives``)."""
+        """Whether Eqs. 14-15 ask a negative's c^B, its c^T, to differ from the anchor's (``negatives``). The mask
+        always covers what the positives draw from, so ``[1]`` is also whether SGM has to compute c^T at all."""
         return (True, True) if self.hparams["negatives"] == "both" else self._uses()
-
-    def _computes_top_down(self) -> bool:
-        return self._uses()[1] or self._masks()[1]
 
     def _set_pools(self) -> None:
         use_b, use_t = self._uses()
@@ -260,7 +258,7 @@ class SgpsMethod(PrismMethod):
         stats = self._on_one_rank(lambda: self._sgm_labels(sgm, rng), (self.bottom_up_labels, self.top_down_labels))
         print(f"SGM round {int(self.sgm_round) + 1}: {int(stats['subgroups'])} subgroups, "
               f"{int(stats['bottom_up_groups'])} bottom-up groups"
-              + (f", {int(stats['top_down_cells'])} top-down cells" if self._computes_top_down() else "")
+              + (f", {int(stats['top_down_cells'])} top-down cells" if self._masks()[1] else "")
               + f" in {time.perf_counter() - t0:.2f} s")
         self.sgm_round += 1
         self._set_pools()
@@ -275,7 +273,7 @@ class SgpsMethod(PrismMethod):
         """One SGM round on the bank into ``bottom_up_labels`` / ``top_down_labels``; its counts."""
         # Alg. 2's candidate search grows as the square of the subgroups: on the GPU when the bank is there
         result = run_sgm(self.bank.cpu().numpy(), self.setup.train_labels, sgm, rng,
-                         top_down_labels=self._computes_top_down(), use_gpu=self.bank.is_cuda)
+                         top_down_labels=self._masks()[1], use_gpu=self.bank.is_cuda)
         self.bottom_up_labels.copy_(torch.from_numpy(result.bottom_up))
         self.top_down_labels.copy_(torch.from_numpy(result.top_down))
         return {k: float(result.stats.get(k, 0)) for k in self.SGM_STATS}
