@@ -206,3 +206,118 @@ def test_iresnet50_has_arcface_torchs_layout():
     with pytest.raises(ParamsError, match="pooling"):
         build_model({"backbone": "iresnet18", "pooling": "max", "embedding_dim": 8, "frozen_bn": False,
                      "backbone_width": 16}, 3)
+
+
+def _direct_margin_softmax_ce(cosines, label, kind, margin, scale):
+    """One sample's margin-softmax cross-entropy from its cosines to one head's classes, written out."""
+    logits = []
+    for j, c in enumerate(cosines):
+        if j == label:
+            if kind == "cosface":
+                c = c - margin
+            else:  # arcface, straight through: the value cos(theta + m), the gradient that of cos theta
+                c = c + (torch.cos(torch.acos(c.detach()) + margin) - c.detach())
+        logits.append(scale * c)
+    logits = torch.stack(logits)
+    return -(logits[label] - torch.logsumexp(logits, 0))
+
+
+@pytest.mark.parametrize("kind", ["cosface", "arcface"])
+def test_skh_loss_is_the_mean_over_samples_of_the_min_over_heads_in_value_and_gradient(kind):
+    """SKH (liubx07/SKH ``skh.py``'s equation): rows ``k * classes + j`` are head k's class j; per sample each head's
+    margin-softmax CE, the minimum over heads, the batch mean; against a sample-by-sample computation."""
+    from noisydml.methods.skh import skh_losses
+
+    g = torch.Generator().manual_seed(0)
+    heads, classes, d = 3, 4, 5
+    x = torch.randn(6, d, generator=g, dtype=torch.float64).requires_grad_(True)
+    w = torch.randn(heads * classes, d, generator=g, dtype=torch.float64).requires_grad_(True)
+    labels = torch.tensor([0, 1, 2, 3, 1, 0])
+    per_sample, winner = skh_losses(x, labels, w, heads, kind, 0.3, 8.0)
+    per_sample.mean().backward()
+    x2, w2 = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    xn, wn = x2 / x2.norm(dim=1, keepdim=True), w2 / w2.norm(dim=1, keepdim=True)
+    direct, winners = [], []
+    for i in range(len(labels)):
+        per_head = [_direct_margin_softmax_ce(torch.stack([xn[i] @ wn[k * classes + j] for j in range(classes)]),
+                                              int(labels[i]), kind, 0.3, 8.0) for k in range(heads)]
+        best = min(range(heads), key=lambda k: float(per_head[k].detach()))
+        winners.append(best)
+        direct.append(per_head[best])
+    total = torch.stack(direct).mean()
+    total.backward()
+    assert torch.allclose(per_sample.mean(), total, atol=1e-12)
+    assert winner.tolist() == winners and len(set(winners)) > 1  # the case exercises more than one head
+    assert torch.allclose(x.grad, x2.grad, atol=1e-12) and torch.allclose(w.grad, w2.grad, atol=1e-12)
+
+
+def test_skh_trains_through_the_method_interface_and_reports_each_heads_share():
+    from noisydml.methods.skh import SPEC
+
+    hp = SPEC.check({"heads": 2, "margin_loss": "cosface", "scale": 50.0, "margin": 0.3, "lr_multiplier": 100.0,
+                     "proxy_weight_decay_factor": 1.0}, "methods.skh")
+    setup = MethodSetup(hparams=hp, num_classes=3, embedding_dim=4, dataset_size=6,
+                        train_labels=np.array([0, 0, 1, 1, 2, 2]), seed=0)
+    method = SPEC.build(setup)
+    assert tuple(method.weight.shape) == (6, 4)
+    method.on_epoch_start(None)
+    emb = F.normalize(torch.randn(6, 4), dim=1).requires_grad_(True)
+    batch = Batch(embeddings=emb, features=emb, labels=torch.tensor([0, 0, 1, 1, 2, 2]), index=torch.arange(6),
+                  sample_id=torch.arange(6), step=0, epoch=0)
+    value, _ = method.loss(batch)
+    value.backward()
+    assert method.weight.grad is not None and emb.grad is not None
+    shares = method.on_epoch_end(None)
+    assert set(shares) == {"skh_head_0_share", "skh_head_1_share"} and sum(shares.values()) == pytest.approx(1.0)
+    with pytest.raises(ParamsError, match="margin_loss"):
+        SPEC.check({**hp, "margin_loss": "sphereface"}, "methods.skh")
+
+
+def test_arcface_margin_is_half_a_radian_and_arcface_torchs_formulation_is_straight_through():
+    """0.5 rad exactly (pml takes degrees); ``formulation: arcface_torch`` gives pml's loss value where pml's
+    threshold does not apply and the gradient of ``s cos theta`` at the target (insightface's current code)."""
+    from noisydml.methods.arcface import SPEC
+    from noisydml.methods.parts.margin_softmax import arcface_loss
+
+    hp = SPEC.check({"loss": {"margin": 28.64788975654116, "scale": 64.0, "formulation": "pml"},
+                     "lr_multiplier": 100.0, "proxy_weight_decay_factor": 1.0}, "methods.arcface")
+    assert math.radians(hp["loss"]["margin"]) == pytest.approx(0.5, abs=1e-15)
+    g = torch.Generator().manual_seed(1)
+    emb = F.normalize(torch.randn(5, 3, generator=g, dtype=torch.float64), dim=1)
+    labels = torch.tensor([0, 1, 2, 0, 1])
+    pml, ours = (arcface_loss(3, 3, hp["loss"]["margin"], 4.0, f) for f in ("pml", "arcface_torch"))
+    for loss in (pml, ours):
+        with torch.no_grad():
+            loss.W.copy_(F.normalize(torch.randn(3, 3, generator=torch.Generator().manual_seed(2),
+                                                 dtype=torch.float64), dim=0))
+    e1, e2 = emb.clone().requires_grad_(True), emb.clone().requires_grad_(True)
+    v1, v2 = pml(e1, labels), ours(e2, labels)
+    assert torch.allclose(v1, v2)  # every target angle here is below pi - m: the same value
+    v1.backward(), v2.backward()
+    assert not torch.allclose(e1.grad, e2.grad)  # the gradients differ: through the angle vs straight through
+    # the straight-through gradient is that of CE over s * (cos + the margin's shift held constant)
+    e3 = emb.clone().requires_grad_(True)
+    cos = F.normalize(e3, dim=1) @ F.normalize(ours.W, dim=0)
+    target = cos[torch.arange(5), labels]
+    shift = (torch.cos(torch.acos(target) + 0.5) - target).detach()
+    logits = 4.0 * (cos + F.one_hot(labels, 3) * shift.unsqueeze(1))
+    F.cross_entropy(logits, labels).backward()
+    assert torch.allclose(e2.grad, e3.grad, atol=1e-12)
+    with pytest.raises(ParamsError, match="formulation"):
+        SPEC.check({"loss": {"margin": 28.6, "scale": 64.0, "formulation": "insightface"}, "lr_multiplier": 1.0,
+                    "proxy_weight_decay_factor": 1.0}, "methods.arcface")
+
+
+def test_subcenter_drop_removes_identities_left_without_a_row_from_the_softmax():
+    from noisydml.methods.subcenter_arcface import ArcFaceOverLiveIdentities
+
+    loss = ArcFaceOverLiveIdentities(num_classes=3, embedding_size=2, margin=28.64788975654116, scale=8.0)
+    emb = F.normalize(torch.randn(4, 2, generator=torch.Generator().manual_seed(3)), dim=1)
+    labels = torch.tensor([0, 0, 1, 1])
+    full = loss(emb, labels)
+    loss.alive.copy_(torch.tensor([True, True, False]))  # identity 2 kept no row
+    without = loss(emb, labels)
+    two = ArcFaceOverLiveIdentities(num_classes=2, embedding_size=2, margin=28.64788975654116, scale=8.0)
+    with torch.no_grad():
+        two.W.copy_(loss.W[:, :2])
+    assert torch.allclose(without, two(emb, labels)) and not torch.allclose(full, without)

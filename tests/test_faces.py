@@ -4,6 +4,7 @@ synthetic ``faces`` dataset's identities and noise truth."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 import struct
 
 import numpy as np
@@ -305,6 +306,45 @@ def test_verification_features_and_metrics_from_a_prepared_folder(prepared):
         assert 40 <= metrics[f"{name}_accuracy"] <= 100
     assert metrics["tar_at_far_0.001_false_accepts"] <= 0.001 * impostors
     assert metrics["tar_at_far_0.001_low"] <= metrics["tar_at_far_0.001"] <= metrics["tar_at_far_0.001_high"]
+    assert metrics["tar_at_far_0.001"] == metrics["tar_at_far_0.001_strict"] and "tar_at_far_0.001_insightface" in metrics
+    assert verification_metrics(saved, folder, "insightface")["tar_at_far_0.001"] == metrics["tar_at_far_0.001_insightface"]
+    for name in faces.VERIFICATION_SETS:  # insightface's VAL at FAR 1e-3 beside the accuracy
+        assert 0 <= metrics[f"{name}_val_at_far"] <= 100 and metrics[f"{name}_val_far"] >= 0
+    # the synthetic IJB meta's detector scores vary (a turned, blurred or side-lit face scores lower), so
+    # insightface's detector weighting is exercised
+    meta = IJBMeta.read(Path(folder) / "verification" / "IJB", info.get("ijb_name", "ijbc"))
+    assert meta.images["score"].between(0.3, 1.0).all() and meta.images["score"].std() > 0.05
+
+
+def test_published_iresnet_weights_are_evaluated_as_published(prepared, tmp_path):
+    """``noisydml verify``: an arcface_torch-layout state dict loads into the iResNet by key, its raw 512-d output
+    (no head of ours, no normalisation) reaches the protocols, images scaled as arcface_torch scales them."""
+    import torch
+
+    from noisydml.models import BACKBONES
+    from noisydml.pipeline.face_features import verification_embeddings
+    from noisydml.pipeline.verify_weights import load_published, main, published_embedder
+
+    folder, cfg, info = prepared
+    torch.manual_seed(0)
+    net = BACKBONES["iresnet18"](3, {"pooling": "avg"}).eval()
+    torch.save(net.state_dict(), tmp_path / "backbone.pth")
+    loaded = load_published("iresnet18", tmp_path / "backbone.pth")
+    saved = verification_embeddings(published_embedder(loaded, torch.device("cpu")), folder)
+    assert saved["lfw_image"].shape[1] == 512 and not np.allclose(np.linalg.norm(saved["lfw_image"], axis=1), 1.0)
+    first = saved["lfw_image"][:2]
+    with torch.no_grad():  # the network's own output on arcface_torch's input scaling
+        from noisydml.data.face_formats import decode_images, read_verification_bin
+
+        bins, _ = read_verification_bin(Path(folder) / "verification" / "lfw.bin")
+        x = torch.from_numpy(decode_images(bins[:2], info["image_shape"][0])).permute(0, 3, 1, 2).float()
+        expected = net((x / 255.0 - 0.5) / 0.5).numpy()  # random weights: outputs of ~1e5, float32 batch noise
+        np.testing.assert_allclose(first, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    with pytest.raises(SystemExit, match="allowed: iresnet18"):
+        load_published("resnet50", tmp_path / "backbone.pth")
+    torch.save({"conv1.weight": torch.zeros(1)}, tmp_path / "other.pth")
+    with pytest.raises(ValueError, match="missing"):
+        load_published("iresnet18", tmp_path / "other.pth")
 
 
 def test_a_face_run_trains_and_evaluates_with_verification_beside_retrieval(raw_params, tmp_path):

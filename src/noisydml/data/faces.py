@@ -377,9 +377,16 @@ def verification_pairs(which: str, cfg: dict) -> tuple[np.ndarray, np.ndarray, p
     return np.stack(images), np.asarray(issame), pd.DataFrame(rows)
 
 
+def detector_score(view: Nuisance) -> float:
+    """The IJB meta file's detector score of a synthetic image (ours): what a face detector's confidence tracks,
+    lower for a turned head, blur and strong side light, in [0.3, 1] (IJB-C's scores spread over ~0.3-1). It weights
+    the image in its template (insightface's ``use_detector_score``), so the weighting is exercised here."""
+    return float(np.clip(0.99 - 0.35 * abs(view.yaw) - 0.12 * view.blur - 0.3 * view.light_strength, 0.3, 1.0))
+
+
 def ijb_set(cfg: dict) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame]:
-    """``(images, per-image table [image, template, media, identity], pairs [template1, template2, label])`` of
-    the IJB-like set: every genuine and every impostor template pair."""
+    """``(images, per-image table [image, template, media, identity, detector score], pairs [template1, template2,
+    label])`` of the IJB-like set: every genuine and every impostor template pair."""
     size, images, rows = cfg["image_size"], [], []
     template = media = 0
     owner = []
@@ -394,7 +401,7 @@ def ijb_set(cfg: dict) -> tuple[np.ndarray, pd.DataFrame, pd.DataFrame]:
                                    expression=float(np.clip(base.expression + r.normal(0, 0.1), -1, 1)))
                     images.append(render(person, view, size))
                     rows.append({"image": f"{len(rows)}.png", "template": template, "media": media,
-                                 "identity": person.name})
+                                 "identity": person.name, "score": detector_score(view)})
                 media += 1
             owner.append(i)
             template += 1
@@ -453,9 +460,9 @@ def write_source(folder: str | Path, cfg: dict, progress=None) -> dict:
     for name, im in zip(table["image"], images):
         (crops / name).write_bytes(encode_png(im))
     points = ARCFACE_POINTS_112 * (cfg["image_size"] / 112.0)
-    meta = IJBMeta(table.assign(landmarks=[points] * len(table), score=1.0), pairs)
+    meta = IJBMeta(table.drop(columns="identity").assign(landmarks=[points] * len(table)), pairs)
     meta.write(folder / "IJB", "ijb")
-    table.to_csv(folder / "IJB" / "identities.csv", index=False)
+    table.drop(columns="score").to_csv(folder / "IJB" / "identities.csv", index=False)
     counts.update(ijb_images=int(len(table)), ijb_templates=int(table["template"].nunique()),
                   ijb_genuine_pairs=int(pairs["label"].sum()), ijb_impostor_pairs=int((pairs["label"] == 0).sum()))
     return counts

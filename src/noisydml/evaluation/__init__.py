@@ -14,6 +14,10 @@ EVALUATE_SCHEMA = {
                          "on the GPU (no faiss GPU build needed; faiss's ties, distances may differ in the last "
                          "float bits); auto = cuda when present, else cpu"),
     "nmi": Field(bool, True),
+    "tar_reading": Field(str, "strict", choices=("strict", "insightface"),
+                         help="face verification's TAR at FAR: strict = ours, the largest ROC point with FAR <= f; "
+                              "insightface = the ROC point nearest f (eval_ijbc.py's; may lie above f), for tables "
+                              "beside published ones. Both are written; this one is tar_at_far_<f>"),
 }
 
 

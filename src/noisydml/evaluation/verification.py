@@ -7,11 +7,20 @@ pairs are cut into 10 consecutive folds (no shuffling); for each fold the thresh
 other 9 (the first, i.e. smallest, on ties) is applied to it. Reported: mean and standard deviation of the 10 fold
 accuracies.
 
+**VAL at FAR** (insightface ``verification.py``'s ``calculate_val``, beside the accuracy): per fold, the
+threshold (a grid from 0 to 4 by 0.001) at which the other 9 folds' FAR equals the target (1e-3), linearly
+interpolated between grid points, then the fold's own VAL (true accepts / genuine pairs) and FAR at it; the mean
+and standard deviation of VAL, the mean FAR. Ours where the code cannot run as written: scipy refuses repeated x
+in ``interp1d`` (every flat stretch of the FAR curve repeats), so each FAR value keeps its first (smallest)
+threshold, as the forks that run it today do.
+
 **TAR at FAR** (IJB-B/C 1:1; insightface ``eval_ijbc.py``): image features pooled to template features (mean over
 the images of one media, summed over the template's media, L2-normalised), a pair scored by the cosine of its two
-templates. Ours, the reading of "TAR at FAR f": the largest ROC point whose FAR does not exceed ``f`` (accept
-scores above the ``k+1``-th highest impostor score, ``k = floor(f * impostors)``); insightface takes the ROC point
-nearest to ``f`` (``argmin |fpr - f|``), which may lie above it. We also return how many false accepts the
+templates. Two readings of "TAR at FAR f" (``evaluate.tar_reading``): ``strict`` (ours, the default): the largest
+ROC point whose FAR does not exceed ``f`` (accept scores above the ``k+1``-th highest impostor score,
+``k = floor(f * impostors)``); ``insightface``: the point of scikit-learn's ``roc_curve`` nearest to ``f``
+(``argmin |fpr - f|``, ties to the higher TAR), which may lie above ``f``: the published tables' reading, for
+side-by-side tables (0 to -0.36 points between the two at 1e-3..1e-5 on IJB-C, -3.2 at 1e-6). We also return how many false accepts the
 threshold rests on (below ~10 the FAR itself is noise) and a Wilson 95 % interval of the TAR over the genuine
 pairs. The Wilson interval treats pairs as independent; they are not (one identity's templates enter many pairs),
 so :func:`tar_interval_over_identities` gives the interval that counts: a bootstrap over identities (ours),
@@ -45,6 +54,13 @@ def flip_summed(embeddings: np.ndarray, flipped: np.ndarray | None) -> np.ndarra
     return l2_normalise(embeddings if flipped is None else np.asarray(embeddings, np.float64) + flipped)
 
 
+#: insightface's VAL threshold grid and target FAR (``calculate_val``).
+VAL_THRESHOLDS = np.arange(0.0, 4.0, 0.001)
+VAL_FAR = 1e-3
+#: The readings of TAR at FAR (the module docstring); ``strict`` is ours, ``insightface`` the published tables'.
+TAR_READINGS = ("strict", "insightface")
+
+
 @dataclass(frozen=True)
 class FoldAccuracy:
     mean: float
@@ -72,6 +88,39 @@ def ten_fold_accuracy(features: np.ndarray, issame: np.ndarray, folds: int = FOL
         chosen[k] = thresholds[best]
         accs[k] = correct[test, best].mean()
     return FoldAccuracy(float(accs.mean()), float(accs.std()), accs, chosen)
+
+
+@dataclass(frozen=True)
+class ValAtFar:
+    val: float  # mean over the test folds
+    val_std: float
+    far: float  # the test folds' mean FAR at the chosen thresholds
+
+
+def val_at_far(features: np.ndarray, issame: np.ndarray, far_target: float = VAL_FAR, folds: int = FOLDS,
+               thresholds: np.ndarray = VAL_THRESHOLDS) -> ValAtFar:
+    """insightface's VAL at FAR of ``features`` (2P rows as :func:`ten_fold_accuracy`'s) on the P flags
+    ``issame`` (the module docstring)."""
+    from sklearn.model_selection import KFold
+
+    features = np.asarray(features, np.float64)
+    issame = np.asarray(issame, bool)
+    dist = np.sum((features[0::2] - features[1::2]) ** 2, axis=1)
+    vals, fars = np.zeros(folds), np.zeros(folds)
+    for k, (train, test) in enumerate(KFold(n_splits=folds, shuffle=False).split(dist)):
+        impostor = dist[train][~issame[train]]
+        # FAR on the 9 folds at each threshold (same when dist < threshold), one sort instead of a grid of passes
+        far_train = np.searchsorted(np.sort(impostor), thresholds, side="left") / max(len(impostor), 1)
+        if far_train.max() >= far_target:
+            levels, first = np.unique(far_train, return_index=True)
+            threshold = float(np.interp(far_target, levels, thresholds[first])) if len(levels) > 1 else 0.0
+        else:
+            threshold = 0.0
+        accept = dist[test] < threshold
+        same = issame[test]
+        vals[k] = accept[same].sum() / max(same.sum(), 1)
+        fars[k] = accept[~same].sum() / max((~same).sum(), 1)
+    return ValAtFar(float(vals.mean()), float(vals.std()), float(fars.mean()))
 
 
 def template_features(features: np.ndarray, templates: np.ndarray, media: np.ndarray
@@ -144,6 +193,17 @@ def tar_at_far(scores: np.ndarray, labels: np.ndarray, fars=VERIFICATION_FARS) -
         out.append(TarAtFar(far, accepted / len(genuine), float(threshold), false, len(impostor), len(genuine),
                             low, high))
     return out
+
+
+def tar_at_far_insightface(scores: np.ndarray, labels: np.ndarray, fars=VERIFICATION_FARS) -> list[float]:
+    """TAR at each FAR as insightface's ``eval_ijbc.py`` reads it: scikit-learn's ``roc_curve`` (its default
+    ``drop_intermediate``), the points reversed (so that of equal FARs the higher TAR comes first), the first point
+    nearest to ``f`` in FAR."""
+    from sklearn.metrics import roc_curve
+
+    fpr, tpr, _ = roc_curve(np.asarray(labels).astype(int), np.asarray(scores, np.float64))
+    fpr, tpr = fpr[::-1], tpr[::-1]
+    return [float(tpr[int(np.argmin(np.abs(fpr - far)))]) for far in fars]
 
 
 def template_identities(template1: np.ndarray, template2: np.ndarray, labels: np.ndarray) -> dict[int, int]:

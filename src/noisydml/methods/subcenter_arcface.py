@@ -9,7 +9,8 @@ non-dominant sub-centres are discarded. pml's ``get_outliers`` applies that rule
 
 What is ours: the drop happens inside the run, at the start of epoch ``drop_epoch``, on every training row's
 embedding then; the remaining epochs train ArcFace with one centre per identity (the dominant ones) on the kept
-rows, from the current weights. The paper retrains a new model from scratch on the cleaned list; that is a chain of
+rows, from the current weights; an identity none of whose rows is kept leaves the softmax (its centre is no
+negative), as ``drop.py`` writes no such identity. The paper retrains a new model from scratch on the cleaned list; that is a chain of
 two runs (this one's ``keep`` export as the next run's keep column). ``drop_epoch: -1``: never drop (Sub-center
 ArcFace without cleaning, K centres to the end).
 
@@ -23,11 +24,13 @@ import torch
 from pytorch_metric_learning import losses
 
 from noisydml.methods.base import Batch, Decisions, EpochContext, Method, MethodSetup, MethodSpec
+from noisydml.methods.parts.margin_softmax import ARCFACE_MARGIN_DEGREES
 from noisydml.methods.parts.pml import PROXY_WEIGHT_DECAY_FIELD
 from noisydml.schema import Field, ParamsError
 
 SCHEMA = {
-    "margin": Field(float, 28.6, min=0.0, help="ArcFace's additive angle, in degrees (28.6 = 0.5 rad)"),
+    "margin": Field(float, ARCFACE_MARGIN_DEGREES, min=0.0,
+                    help="ArcFace's additive angle, in degrees (28.64788975654116 = 0.5 rad, the paper's)"),
     "scale": Field(float, 64.0, min=1e-6, help="s"),
     "sub_centers": Field(int, 3, min=1, help="K sub-centres per identity (the paper: 3)"),
     "drop_angle": Field(float, 75.0, min=0.0, max=180.0,
@@ -51,6 +54,18 @@ def dominant_drop(loss: losses.SubCenterArcFaceLoss, embeddings: torch.Tensor, l
     return keep, dominant
 
 
+class ArcFaceOverLiveIdentities(losses.ArcFaceLoss):
+    """pml's ArcFace whose softmax runs over the identities with a kept row only (``alive``): insightface's
+    ``drop.py`` writes no identity whose images were all dropped, so its centre is no negative after the drop."""
+
+    def __init__(self, num_classes: int, **kwargs):
+        super().__init__(num_classes=num_classes, **kwargs)
+        self.register_buffer("alive", torch.ones(num_classes, dtype=torch.bool))
+
+    def scale_logits(self, logits, *_):
+        return (logits * self.scale).masked_fill(~self.alive.to(logits.device), float("-inf"))
+
+
 class SubCenterArcFace(Method):
     def __init__(self, setup: MethodSetup):
         super().__init__(setup)
@@ -59,8 +74,8 @@ class SubCenterArcFace(Method):
                                                      margin=hp["margin"], scale=hp["scale"],
                                                      sub_centers=hp["sub_centers"])
         #: after the drop: ArcFace with the dominant centres (set at the drop; unused before)
-        self.arcface = losses.ArcFaceLoss(num_classes=setup.num_classes, embedding_size=setup.embedding_dim,
-                                          margin=hp["margin"], scale=hp["scale"])
+        self.arcface = ArcFaceOverLiveIdentities(num_classes=setup.num_classes, embedding_size=setup.embedding_dim,
+                                                 margin=hp["margin"], scale=hp["scale"])
         self.register_buffer("dropped", torch.zeros((), dtype=torch.bool))
         self.register_buffer("keep", torch.ones(setup.dataset_size, dtype=torch.bool))
 
@@ -70,12 +85,16 @@ class SubCenterArcFace(Method):
         embeddings = ctx.embed_train().float().to(self.subcenter.W.device)
         labels = torch.as_tensor(self.setup.train_labels, device=embeddings.device)
         keep, dominant = dominant_drop(self.subcenter, embeddings, labels, self.hparams["drop_angle"])
+        alive = np.bincount(np.asarray(self.setup.train_labels)[keep], minlength=self.setup.num_classes) > 0
         with torch.no_grad():
             self.arcface.W.copy_(dominant)
+            self.arcface.alive.copy_(torch.from_numpy(alive))
         self.keep.copy_(torch.from_numpy(keep))
         self.dropped.fill_(True)
-        print(f"sub-center drop at epoch {ctx.epoch}: {int((~keep).sum())} of {len(keep)} rows dropped")
-        return {"subcenter_dropped_fraction": float((~keep).mean())}
+        print(f"sub-center drop at epoch {ctx.epoch}: {int((~keep).sum())} of {len(keep)} rows dropped, "
+              f"{int((~alive).sum())} of {len(alive)} identities left without a row (removed from the softmax)")
+        return {"subcenter_dropped_fraction": float((~keep).mean()),
+                "subcenter_removed_identities_fraction": float((~alive).mean())}
 
     def loss(self, batch: Batch):
         if not bool(self.dropped):

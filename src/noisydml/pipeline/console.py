@@ -3,6 +3,7 @@
     noisydml check [PARAMS]                 validate all of params.yaml at once
     noisydml launch [-j N] [--dry] ...      the stale stages at once on Ray (as `dvc repro` records them)
     noisydml profile list|check|plan|settings|lr|show|run|rehearse ...   the papers' tables as `dvc exp run` profiles
+    noisydml verify --weights W --backbone B --dataset D   published face weights on the verification protocols
     noisydml ui [--port P]                  MLflow's UI on this repository's store
     noisydml guard                          CI's verdict on a regenerated pipeline
 
@@ -25,6 +26,7 @@ COMMANDS = {
     "check": "validate all of params.yaml at once (every error, with its key, value and what is allowed)",
     "launch": "run the stale stages at once on Ray, recorded in dvc.lock as `dvc repro` records them",
     "profile": "the papers' tables as profiles of `dvc exp run -S` overrides: list, check, show, run, rehearse",
+    "verify": "published face weights (arcface_torch's iResNet) evaluated as published on the verification sets",
     "ui": "MLflow's UI on this repository's store (mlflow.db and mlartifacts/, moved with the repository)",
     "guard": "CI's verdict: the pipeline regenerated, nothing stale, the committed results reproduced",
 }
@@ -100,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         return guard(rest)
     if args.command == "profile":
         return profile(rest)
+    if args.command == "verify":
+        from noisydml.pipeline.verify_weights import main as verify
+
+        return verify(rest)
     return ui(rest)
 
 

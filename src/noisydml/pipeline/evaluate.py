@@ -83,7 +83,7 @@ def evaluate_run(params: dict, dataset: str, noise: str, name: str, seed: int, l
                                          query_mask, expected=metrics["precision_at_1"])
     if (run / VERIFICATION_EMBEDDINGS).is_file():  # a face run: the verification protocols, beside retrieval
         with np.load(run / VERIFICATION_EMBEDDINGS) as saved:
-            metrics.update(verification_metrics(dict(saved), layout.prepared(dataset)))
+            metrics.update(verification_metrics(dict(saved), layout.prepared(dataset), cfg["tar_reading"]))
     k_used, exact = neighbours_used(data["labels"], cfg["recall_at"], cfg["max_k"], query_mask)
     run_info = io.read_json(run / "run.json")
     history = pd.read_csv(run / "history.csv")

@@ -1,7 +1,8 @@
 """What a face run keeps for verification: its final model's features of a ``faces`` dataset's verification images.
 
 The train stage calls this when the run's prepared dataset has verification sets (``verification/<set>.bin``,
-``verification/IJB``). It only embeds: every image and its horizontal flip, raw (not normalised), read through
+``verification/IJB``). It only embeds: every image and its horizontal flip, raw (the network's output before its
+L2 normalisation, as insightface's protocols take it), read through
 the real readers (insightface ``.bin`` files; IJB meta files and crops, aligned), a block at a time. How the features are combined
 and scored is the protocols' business, in the evaluate stage (:mod:`noisydml.pipeline.face_eval`), so a change of
 protocol re-evaluates runs without retraining them.
@@ -15,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from noisydml import io
 from noisydml.data.face_formats import IJBMeta, decode_images, read_ijb_images, read_verification_bin
@@ -33,9 +35,27 @@ def has_verification(prepared_dir: str | Path) -> bool:
     return bool(verification_sets(prepared_dir)) or (Path(prepared_dir) / "verification" / "IJB").is_dir()
 
 
+class Unnormalised(torch.nn.Module):
+    """An embedding network's forward *before* its L2 normalisation: ``(head(backbone(x)), backbone(x))``.
+    insightface's protocols take the network's raw output: the ``.bin`` sets sum an image's and its flip's raw
+    features before normalising, IJB keeps their norms (``use_norm_score``); a unit vector per image would make
+    both do nothing."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        if not (hasattr(net, "backbone") and hasattr(net, "head")):
+            raise TypeError(f"{type(net).__name__}: verification needs a backbone -> head network (EmbeddingNet)")
+        self.net = net
+
+    def forward_with_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.net.backbone(x)
+        return self.net.head(features), features
+
+
 def model_embedder(model, retrieval: str, train_cfg: dict, runtime: dict, seed: int):
     """``images (N, H, W, C) uint8 -> (N, d) float32``: ``model`` through the run's eval input pipeline, giving
-    what the method's retrieval ranks with (``retrieval``: embeddings | features)."""
+    what the method's retrieval ranks with (``retrieval``: embeddings | features), *not* L2-normalised
+    (:class:`Unnormalised`)."""
     from noisydml.data.images import InputPipeline
     from noisydml.engine.embedding import embed
 
@@ -43,11 +63,12 @@ def model_embedder(model, retrieval: str, train_cfg: dict, runtime: dict, seed: 
     pipeline = InputPipeline.from_params(train_cfg, runtime, seed, device)
     in_channels = next(p for p in model.parameters() if p.ndim == 4).shape[1]
     features = retrieval == "features"
+    raw = Unnormalised(model)
 
     def embedder(images: np.ndarray) -> np.ndarray:
         if images.shape[-1] != in_channels:  # a grey model sees the mean of the channels
             images = images.mean(-1, keepdims=True).round().astype(np.uint8)
-        out = embed(model, np.ascontiguousarray(images), device, features=features, pipeline=pipeline)
+        out = embed(raw, np.ascontiguousarray(images), device, features=features, pipeline=pipeline)
         return (out[1] if features else out).float().numpy()
 
     return embedder
