@@ -4,6 +4,7 @@ clone of this checkout's HEAD and writes what the report's Table IV section read
     python scripts/face_table4.py /tmp/face_table4              # clone, two launches, collect (~1 h on 2 cores)
     python scripts/face_table4.py /tmp/face_table4 --collect    # collect an earlier run's metrics only
     python scripts/face_table4.py /tmp/face_table4 --dry        # validate both launches' overrides
+    python scripts/face_table4.py /tmp/face_table4 --resume     # after a failure: the launches again, in that clone
 
 Two launches, because one grid trains every method on every dataset: the noisy set with every Table IV row we
 implement (ArcFace, CosFace, Sub-center, SKH, DCQ, DCQ + SGPS), then the cleaned twin with the rows the paper
@@ -88,19 +89,22 @@ def main() -> int:
     parser.add_argument("workdir", type=Path, help="a scratch folder for the clone (removed and re-made)")
     parser.add_argument("--collect", action="store_true", help="only collect an earlier run's metrics")
     parser.add_argument("--dry", action="store_true", help="validate both launches' overrides, train nothing")
+    parser.add_argument("--resume", action="store_true",
+                        help="launch again in the existing clone (after `git pull` there): what finished is kept")
     args = parser.parse_args()
     work = args.workdir
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=True).stdout.strip()
     seconds = {}
     if not args.collect:
-        subprocess.run(["rm", "-rf", str(work)], check=True)
-        subprocess.run(["git", "clone", "-q", str(REPO), str(work)], check=True)
-        subprocess.run(["dvc", "cache", "dir", str(REPO / ".dvc" / "cache")], cwd=work, check=True)
+        if not args.resume:
+            subprocess.run(["rm", "-rf", str(work)], check=True)
+            subprocess.run(["git", "clone", "-q", str(REPO), str(work)], check=True)
+            subprocess.run(["dvc", "cache", "dir", str(REPO / ".dvc" / "cache")], cwd=work, check=True)
         for dataset, methods in (NOISY, CLEANED):
             seconds[dataset] = round(launch(work, dataset, methods, args.dry), 1)
         if args.dry:
             return 0
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True, text=True,
+                            check=True).stdout.strip()  # the clone's: the code that trained and evaluated
     table = collect(work)
     table.to_csv(OUT.with_suffix(".csv"), index=False, float_format="%.4f")
     info = {"commit": commit, "cpu": cpu_name(), "cores": len(__import__("os").sched_getaffinity(0)),

@@ -40,7 +40,7 @@ def test_table4_rows_sit_beside_the_papers_and_orderings_follow_the_seed_interva
     assert ["ArcFace", "faces_large (MS1MV0-like)", "3", "90.27 / 81.11"] == rows[1][:4]  # the paper's MS1MV0 IJB-C
     assert ["ArcFace", "faces_large_clean (MS1MV2-like)", "3", "95.81 / 93.63"] in [r[:4] for r in rows]
     assert "50.10 ± 0.10" in rows[1] and "abcdef0" in text and "50.00 [45.00, 55.00] (11 false accepts)" in text
-    verdicts = {(r[0], r[1]): r[-1] for r in rows if len(r) == 6}
+    verdicts = {(r[0], r[1]): r[-1] for r in rows if len(r) == 7}
     assert verdicts[("the noise hurts ArcFace (cleaned above noisy)", "TAR@1e-5")] == "holds"
     assert verdicts[("DCQ collapses under noise: it loses more than ArcFace", "TAR@1e-5")] == "holds"
     assert verdicts[("ArcFace above DCQ on noisy data", "TAR@1e-5")] == "holds"

@@ -383,10 +383,13 @@ def test_the_report_shows_verification_beside_p_at_1_only_for_face_runs():
                             "seeds": [3, 3], "precision_at_1": [0.9, 0.95], "precision_at_1_std": [0.01, 0.02],
                             "lfw_accuracy": [np.nan, 97.5], "lfw_accuracy_std": [np.nan, 0.25],
                             "tar_at_far_1e-05": [np.nan, 24.3], "tar_at_far_1e-05_std": [np.nan, 1.0],
-                            "tar_at_far_1e-05_false_accepts": [np.nan, 11.0]})
+                            "tar_at_far_1e-05_false_accepts": [np.nan, 11.0],
+                            "tar_at_far_1e-05_identities_low": [np.nan, 18.5],
+                            "tar_at_far_1e-05_identities_high": [np.nan, 30.25]})
     text = "\n".join(verification_markdown(summary, {"ms": "MS"}, {("faces", "clean"): "real noise"}))
     assert "| faces     | real noise      | MS       | 3       | 95.00 ± 2.00 | 97.50 ± 0.25" in text
     assert "glyphs" not in text and "rests on 11 false accepts" in text
+    assert "MS [18.50, 30.25]" in text  # the identities' interval (columns no attribute name can hold)
     assert verification_markdown(summary.drop(columns=["lfw_accuracy", "tar_at_far_1e-05"]), {}, {}) == []
 
 

@@ -101,3 +101,13 @@ def test_verification_features_are_the_networks_output_before_its_normalisation(
     pipeline = InputPipeline.from_params(train_cfg, params["runtime"], 0, torch.device("cpu"))
     unit = embed(model, images, torch.device("cpu"), pipeline=pipeline).numpy()
     np.testing.assert_allclose(raw / norms[:, None], unit, atol=1e-5)  # the network's directions
+
+
+def test_the_readings_are_named_alike_wherever_they_are_offered():
+    """evaluate.tar_reading's choices, the protocol's and `noisydml verify --tar-reading`'s (a literal there, so its
+    --help answers before numpy and pandas) are one list."""
+    from noisydml.evaluation import EVALUATE_SCHEMA
+    from noisydml.evaluation.verification import TAR_READINGS
+    from noisydml.pipeline import verify_weights
+
+    assert tuple(EVALUATE_SCHEMA["tar_reading"].choices) == TAR_READINGS == verify_weights.TAR_READINGS

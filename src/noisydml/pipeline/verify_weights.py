@@ -17,14 +17,16 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-import torch
-
+# torch, numpy and the protocols are imported where used: `noisydml verify --help` answers before them
 BATCH_IMAGES = 256
+#: evaluate.tar_reading's choices (noisydml.evaluation.verification.TAR_READINGS)
+TAR_READINGS = ("strict", "insightface")
 
 
-def load_published(backbone: str, weights: str | Path) -> torch.nn.Module:
+def load_published(backbone: str, weights: str | Path) -> "torch.nn.Module":
     """The iResNet ``backbone`` with the state dict at ``weights`` (every key matched; shapes checked)."""
+    import torch
+
     from noisydml.models import BACKBONES, load_backbone_weights
 
     if not backbone.startswith("iresnet") or backbone not in BACKBONES:
@@ -37,8 +39,10 @@ def load_published(backbone: str, weights: str | Path) -> torch.nn.Module:
     return net.eval()
 
 
-def published_embedder(net: torch.nn.Module, device: torch.device):
+def published_embedder(net: "torch.nn.Module", device: "torch.device"):
     """``images (N, H, W, 3) uint8 -> (N, 512)``: the network's raw output, arcface_torch's input scaling."""
+    import numpy as np
+    import torch
 
     @torch.no_grad()
     def embedder(images: np.ndarray) -> np.ndarray:
@@ -55,6 +59,8 @@ def published_embedder(net: torch.nn.Module, device: torch.device):
 def verify(weights: str | Path, backbone: str, prepared_dir: str | Path, tar_reading: str = "strict",
            device: str = "cpu") -> dict:
     """The verification metrics (%) of published weights on a prepared face folder."""
+    import torch
+
     from noisydml.pipeline.face_eval import verification_metrics
     from noisydml.pipeline.face_features import has_verification, verification_embeddings
 
@@ -69,9 +75,6 @@ def verify(weights: str | Path, backbone: str, prepared_dir: str | Path, tar_rea
 
 
 def main(argv: list[str] | None = None) -> int:
-    from noisydml.evaluation.verification import TAR_READINGS
-    from noisydml.pipeline.layout import Layout
-
     parser = argparse.ArgumentParser(prog="noisydml verify", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", required=True, help="a state dict in arcface_torch's iResNet layout (.pth/.pt)")
@@ -82,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu | cuda")
     parser.add_argument("--out", help="also write the metrics here (JSON)")
     args = parser.parse_args(argv)
+    from noisydml.pipeline.layout import Layout
+
     metrics = verify(args.weights, args.backbone, Layout().prepared(args.dataset), args.tar_reading, args.device)
     for key in sorted(metrics):
         print(f"{key:<40} {metrics[key]:.4f}" if isinstance(metrics[key], float) else f"{key:<40} {metrics[key]}")

@@ -97,8 +97,9 @@ def verification_markdown(summary: pd.DataFrame, run_labels: dict[str, str],
                   "intervals: results_per_seed.csv).", ""]
     low, high = "tar_at_far_1e-05_identities_low", "tar_at_far_1e-05_identities_high"
     if low in summary.columns and rows[low].notna().any():
-        spans = ", ".join(f"{run_labels.get(r.method, r.method)} [{getattr(r, low):.{DIGITS}f}, "
-                          f"{getattr(r, high):.{DIGITS}f}]" for r in rows.itertuples() if pd.notna(getattr(r, low)))
+        # records, not itertuples: a column named tar_at_far_1e-05_... is no attribute name
+        spans = ", ".join(f"{run_labels.get(r['method'], r['method'])} [{r[low]:.{DIGITS}f}, {r[high]:.{DIGITS}f}]"
+                          for r in rows.to_dict("records") if pd.notna(r[low]))
         lines += ["TAR at FAR 1e-5, 95% interval over a bootstrap of the test identities (whole identities "
                   "resampled with every pair they enter; a Wilson interval over pairs is narrower and wrong, pairs "
                   f"of one identity are not independent), mean over seeds of each end: {spans}.", ""]

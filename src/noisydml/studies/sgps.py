@@ -336,6 +336,7 @@ def face_table4(references: pd.DataFrame, labels: dict, path: str | Path = FACE_
             judged.append({"ordering": label, "metric": FACE_COLUMNS[metric],
                            "per seed": ", ".join(f"{d:+.2f}" for d in diffs),
                            "mean": f"{sum(diffs) / len(diffs):+.2f}", "95 % over seeds": interval_text(ci, 2),
+                           "decidable from": "–" if ci is None else f"{(ci[1] - ci[0]) / 2:.2f}",
                            "verdict": verdict(ci, ci)})
     seconds = sum(info.get("launch_seconds", {}).values())
     return [f"Synthetic columns, not the paper's data: `faces_large`, {info['queue_size']}-key DCQ queue (ours: under "
@@ -348,7 +349,9 @@ def face_table4(references: pd.DataFrame, labels: dict, path: str | Path = FACE_
             "TAR@1e-5 per seed with its 95 % interval over a bootstrap of the IJB-like set's identities:", "",
             per_seed.reset_index().to_markdown(index=False), "",
             "The paper's orderings on this benchmark: per-seed paired differences (the same seed on both sides), "
-            "their 95 % Student-t interval over seeds, holds / reversed when it excludes 0, else undecided.", "",
+            "their 95 % Student-t interval over seeds, holds / reversed when it excludes 0, else undecided; "
+            "\"decidable from\": the interval's half-width, the smallest mean difference these seeds can decide at "
+            "their spread.", "",
             pd.DataFrame(judged).to_markdown(index=False), ""]
 
 
