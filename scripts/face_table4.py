@@ -49,13 +49,13 @@ def overrides(dataset: str, methods: list[str]) -> list[str]:
 
 
 def cpu_name() -> str:
+    """The CPU's name with its family and model (hosts of one name differ ~3x in speed)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        return f"{fields['model name']} (family {fields['cpu family']}, model {fields['model']})"
+    except (OSError, KeyError):
+        return platform.processor() or "unknown"
 
 
 def launch(work: Path, dataset: str, methods: list[str], dry: bool) -> float:
