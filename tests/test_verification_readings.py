@@ -44,17 +44,23 @@ def test_the_insightface_reading_equals_eval_ijbcs_lines_on_random_rocs_with_tie
 
 
 def _calculate_val_on_a_grid(dist, issame, far_target, thresholds, folds=10):
-    """``calculate_val``'s loop, threshold by threshold (the FAR of the 9 folds at each grid point, the first
-    threshold of each FAR value, linear interpolation), as a reference for the vectorised one."""
+    """``calculate_val``'s loop, threshold by threshold (the FAR of the 9 folds at each grid point, then linear
+    between the grid points around the target), as a reference for the vectorised one."""
     from sklearn.model_selection import KFold
 
     vals, fars = [], []
     for train, test in KFold(n_splits=folds, shuffle=False).split(dist):
         far_train = np.array([np.logical_and(dist[train] < t, ~issame[train]).sum() / (~issame[train]).sum()
                               for t in thresholds])
-        if far_train.max() >= far_target:
-            levels, first = np.unique(far_train, return_index=True)
-            threshold = np.interp(far_target, levels, thresholds[first])
+        if far_train.max() >= far_target:  # the last grid point below the target, the first at or above it
+            below = np.flatnonzero(far_train < far_target)
+            above = np.flatnonzero(far_train >= far_target)[0]
+            if far_train[above] == far_target or len(below) == 0:
+                threshold = thresholds[above]
+            else:
+                lo = below[-1]
+                threshold = thresholds[lo] + (far_target - far_train[lo]) * (thresholds[above] - thresholds[lo]) / (
+                    far_train[above] - far_train[lo])
         else:
             threshold = 0.0
         accept = dist[test] < threshold
@@ -79,6 +85,8 @@ def test_val_at_far_is_calculate_vals_reading():
         want = _calculate_val_on_a_grid(dist, issame, target, grid)
         assert (got.val, got.val_std, got.far) == pytest.approx(want, abs=1e-12)
     assert 0.0 < val_at_far(feats, issame, 0.1).val < 1.0
+    # the last threshold still below the target FAR, not the flat stretch's first (threshold 0): a usable VAL
+    assert val_at_far(feats, issame, 1e-3).val > 0.2
 
 
 def test_verification_features_are_the_networks_output_before_its_normalisation(raw_params):
