@@ -49,7 +49,7 @@ SGPS_METHODS = {"FastAP": "fastap", "nSoftmax": "normalized_softmax", "ProxyNCA"
 #: SGPS Table IV (face recognition): row -> our method; the verification columns -> our metrics (IJB-B's and IJB-C's
 #: TAR@FAR are one IJB set's metrics, named by the set a dataset reads: ``ijb_name``)
 FACE_METHODS = {"ArcFace": "arcface", "CosFace": "cosface", "Subcenter": "subcenter_arcface", "SKH": "skh",
-                "DCQ": "dcq", "DCQ + SGPS (Ours)": "dcq_sgps"}
+                "DCQ": "dcq", "DCQ + SKH": "dcq_skh", "DCQ + SGPS (Ours)": "dcq_sgps"}
 FACE_METRICS = {"LFW": "lfw_accuracy", "CFP-FP": "cfp_fp_accuracy", "AgeDB-30": "agedb_30_accuracy",
                 **{f"IJB-{s} {far}": f"ijb{s.lower()}_tar_at_far_{value}" for s in "BC"
                    for far, value in (("1e-3", "0.001"), ("1e-4", "0.0001"), ("1e-5", "1e-05"))}}
@@ -63,8 +63,6 @@ FACE_NOT_IMPLEMENTED = {
                  "schedule open",
     "F²C": "not implemented: its public code (tiandunx/FFC) is a training loop of its own (dual loaders, an "
            "identity pool, probe and gallery networks) that the method interface does not hold; not built here yet",
-    "DCQ + SKH": "not implemented: SKH's code (liubx07/SKH skh.py) holds the classifier form only; how its K "
-                 "hyperplanes enter DCQ's classifier-free queue is in neither paper's text or code",
 }
 BSPML_METHODS = {"Contrastive": "contrastive", "Triplet_smooth": "triplet", "Margin": "margin", "FastAP": "fastap",
                  "MS": "ms_rho1", "Proxy-Anchor": "proxy_anchor", "SNR": "snr", "BSPML": "bspml",

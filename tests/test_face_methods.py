@@ -321,3 +321,51 @@ def test_subcenter_drop_removes_identities_left_without_a_row_from_the_softmax()
     with torch.no_grad():
         two.W.copy_(loss.W[:, :2])
     assert torch.allclose(without, two(emb, labels)) and not torch.allclose(full, without)
+
+
+def test_dcq_skh_is_the_min_over_queues_of_eq_18_in_value_and_gradient_and_keys_join_the_winning_queue():
+    """DCQ + SKH (ours: how they combine): per query Eq. 18 against each of K queues, the minimum, the batch mean;
+    each query's key joins the queue it chose. Against a query-by-query float64 computation."""
+    spec = load_spec("dcq_skh")
+    hp = spec.check({"queue_size": 4, "heads": 2, "scale": 10.0, "margin": 0.3, "momentum": 0.5}, "methods.dcq_skh")
+    services = FakeServices(_Net)
+    labels = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    m = spec.build(MethodSetup(hp, 4, 4, 8, labels, seed=0, services=services))
+    g = torch.Generator().manual_seed(3)
+    # queue 0 holds class 1's twin-like keys, queue 1 class 0's: the queries of 0 and 1 should switch apart
+    m.queues[0].enqueue(F.normalize(torch.randn(3, 4, generator=g), dim=1), torch.tensor([1, 2, 3]))
+    m.queues[1].enqueue(F.normalize(torch.randn(2, 4, generator=g), dim=1), torch.tensor([0, 2]))
+    queue_state = [(q.features.clone().double(), q.labels.clone()) for q in m.queues]
+    keys = F.normalize(torch.randn(8, 4, generator=g), dim=1)
+    services.forward_with = lambda net: (keys, keys)
+    emb = F.normalize(torch.randn(8, 4, generator=g), dim=1).requires_grad_(True)
+    batch = Batch(emb, emb, torch.as_tensor(labels), torch.arange(8), torch.arange(8), step=0, epoch=0)
+    m.on_epoch_start(None)
+    value, _ = m.loss(batch)
+    value.backward()
+
+    q2 = emb.detach().double().requires_grad_(True)
+    terms, winners = [], []
+    for query, key in [(0, 1), (2, 3), (4, 5), (6, 7)]:
+        per_queue = []
+        for features, queue_labels in queue_state:
+            pos = torch.exp(10 * (q2[query] @ keys[key].double() - 0.3))
+            usable = [j for j in range(4) if queue_labels[j] >= 0 and queue_labels[j] != labels[query]]
+            neg = sum((torch.exp(10 * (q2[query] @ features[j])) for j in usable), torch.zeros((), dtype=torch.float64))
+            per_queue.append(-torch.log(pos / (pos + neg)))
+        best = min(range(2), key=lambda k: float(per_queue[k].detach()))
+        winners.append(best)
+        terms.append(per_queue[best])
+    direct = torch.stack(terms).mean()
+    direct.backward()
+    assert value.item() == pytest.approx(direct.item(), rel=1e-5)
+    assert torch.allclose(emb.grad.double(), q2.grad, atol=1e-5)
+    assert len(set(winners)) > 1  # the case exercises both queues
+    for k, queue in enumerate(m.queues):  # each key went to the queue its query chose, after the earlier entries
+        expected = queue_state[k][1].tolist()
+        filled = int((queue_state[k][1] >= 0).sum())
+        for i, label in enumerate(label for label, w in zip([0, 1, 2, 3], winners) if w == k):
+            expected[(filled + i) % 4] = label  # FIFO: past the end, the oldest slot
+        assert queue.labels.tolist() == expected
+    shares = m.on_epoch_end(None)
+    assert shares == {f"dcq_skh_queue_{k}_share": winners.count(k) / 4 for k in range(2)}

@@ -45,5 +45,7 @@ def test_table4_rows_sit_beside_the_papers_and_orderings_follow_the_seed_interva
     assert verdicts[("DCQ collapses under noise: it loses more than ArcFace", "TAR@1e-5")] == "holds"
     assert verdicts[("ArcFace above DCQ on noisy data", "TAR@1e-5")] == "holds"
     assert verdicts[("SKH above ArcFace", "TAR@1e-5")] == "undecided"  # +0.05, -0.25, +0.05: the interval holds 0
+    real = [r for r in rows if r[:1] in (["MS1MV0 rows (noisy)"], ["MS1MV2 rows (cleaned)"])]
+    assert len(real) == 2 and all(r[2] == "not run" and "profile" in r[3] for r in real)  # with what they need
     assert [b[0] for b in FACE_BLOCKS] == ["faces_large", "faces_large_clean"]
     assert face_table4(refs, {}, tmp_path / "absent")[0].startswith("(not measured")

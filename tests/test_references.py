@@ -82,7 +82,8 @@ def test_face_cells_fill_from_real_face_data_and_synthetic_faces_stay_apart():
     assert "99.65 · ours 99.50 (-0.15)" in dcq and "53.86 · ours 50.00 (-3.86)" in dcq
     assert "90.23 · ours" not in dcq  # IJB-B: this set read IJB-C
     assert dcq.count("97.00") == 1 and dcq.count("24.00") == 1  # the synthetic columns, not differenced
-    assert any(line.startswith("‡ DCQ + SKH: not implemented") for line in lines)
+    assert any(line.startswith("‡ F²C: not implemented") for line in lines)
+    assert not any(line.startswith("‡ DCQ + SKH") for line in lines)  # built (ours: how they combine)
     assert status_table(table, ours).loc[0, "run on the paper's data"] == 1
 
 
@@ -147,7 +148,7 @@ def test_footnoted_rows_are_marked_by_the_tables_own_column():
     the mark comes from the CSV's footnote column, never from the note's wording."""
     refs = load_references(REPO / "references" / "papers")
     assert set(refs.loc[refs["footnote"] == "yes", "row"]) == {  # and SGPS Table IV's rows we lack, with why
-        "SGPS-MCL (posterior strategy per caption)", "NT", "NR", "Co-mining", "F²C", "DCQ + SKH"}
+        "SGPS-MCL (posterior strategy per caption)", "NT", "NR", "Co-mining", "F²C"}
     table = refs[(refs["paper"] == "SGPS") & (refs["table"] == "Table I")]
     ours = our_cells(_summary([]), PARAMS, STATS)
     lines, ran = side_by_side(table, ours, {"cub200", "cars196", "sop"})

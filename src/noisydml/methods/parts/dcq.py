@@ -72,12 +72,18 @@ def margin_softmax_loss(queries: torch.Tensor, keys: torch.Tensor, labels: torch
     L2-normalised; ``keys`` and ``queue`` carry no gradient."""
     if len(queries) == 0:
         return queries.sum() * 0.0
+    return margin_softmax_losses(queries, keys, labels, queue, queue_labels, scale, margin).mean()
+
+
+def margin_softmax_losses(queries: torch.Tensor, keys: torch.Tensor, labels: torch.Tensor, queue: torch.Tensor,
+                          queue_labels: torch.Tensor, scale: float, margin: float) -> torch.Tensor:
+    """Eq. 18 per query (:func:`margin_softmax_loss` before its mean)."""
     positive = scale * ((queries * keys.detach()).sum(dim=1) - margin)
     negatives = scale * (queries @ queue.detach().to(queries.dtype, copy=True).T)  # the enqueue writes in place
     usable = (queue_labels[None, :] != labels[:, None]) & (queue_labels[None, :] >= 0)
     negatives = negatives.masked_fill(~usable, float("-inf"))
     logits = torch.cat([positive[:, None], negatives], dim=1)
-    return (torch.logsumexp(logits, dim=1) - positive).mean()
+    return torch.logsumexp(logits, dim=1) - positive
 
 
 class ClassQueue(nn.Module):
