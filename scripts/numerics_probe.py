@@ -62,6 +62,16 @@ def _linear_backward(a, b):
     return [x.grad, w.grad]
 
 
+def _cdist_matmul(x, y):
+    """The matmul inside ATen's cdist (its ``_euclidean_dist``), before the clamp and the square root."""
+    import torch
+
+    x_norm, y_norm = x.pow(2).sum(-1, keepdim=True), y.pow(2).sum(-1, keepdim=True)
+    x_ = torch.cat([x.mul(-2), x_norm, torch.ones_like(x_norm)], -1)
+    y_ = torch.cat([y, torch.ones_like(y_norm), y_norm], -1)
+    return x_.matmul(y_.mT)
+
+
 def probes() -> dict[str, object]:
     """Operation name -> a function returning its result (every input seeded)."""
     import numpy as np
@@ -115,6 +125,33 @@ def probes() -> dict[str, object]:
         loss.backward()
         opt.step()
         return [loss] + [p.detach() for p in model.parameters()]
+
+    def pretrain_steps(optimise: bool):
+        """The pretrain stage's step at its own shapes (batch 128, 400 classes; the probe's other backbone step runs
+        16 images): forward and backward only, or 3 steps with its Adam, weight decay and cosine schedule."""
+        from noisydml.config import load_params
+        from noisydml.engine.eager_optim import eager
+        from noisydml.models import BACKBONES
+
+        torch.manual_seed(0)
+        params = load_params(REPO / "params.yaml", sections=["train", "pretrain"])
+        backbone = BACKBONES[params["train"]["backbone"]](1, params["train"])
+        model = torch.nn.Sequential(backbone, torch.nn.Linear(backbone.out_dim, 400))
+        x = t(128, 1, 32, 32, seed=27)
+        y = torch.from_numpy(np.random.default_rng(28).integers(0, 400, 128))
+        if not optimise:
+            F.cross_entropy(model(x), y).backward()
+            return [p.grad for p in model.parameters()]
+        cfg = params["pretrain"]
+        optimizer = eager(torch.optim.Adam)(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=100)
+        for _ in range(3):
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+        return [p.detach() for p in model.parameters()]
 
     def faiss_search():
         import faiss
@@ -173,6 +210,12 @@ def probes() -> dict[str, object]:
         return [np.asarray(decoded), jpeg, np.asarray(decoded.resize((32, 32), Image.BILINEAR)),
                 np.asarray(decoded.resize((48, 48), Image.BICUBIC))]
 
+    def synthetic_faces():
+        from noisydml.data import faces
+
+        views = [faces.nuisance(faces._rng(7, k), mode) for k, mode in enumerate(("frontal", "profile", "frontal"))]
+        return [faces.render(faces.identity("train", k), view, 32) for k, view in enumerate(views)]
+
     def tensor_resize():
         from torchvision.transforms import functional as TF
 
@@ -195,9 +238,20 @@ def probes() -> dict[str, object]:
         "sum / mean / norm reductions (ATen)": lambda: [t(1000, 1000, seed=26).sum(), a.mean(0), a.norm(dim=1),
                                                         a.cumsum(1)],
         "normalize + cdist": lambda: torch.cdist(F.normalize(a, dim=1), F.normalize(b, dim=1)),
+        # cdist's pieces (pytorch-metric-learning's LpDistance calls cdist): past 25 rows ATen computes it as one
+        # matmul of [-2x, |x|^2, 1] by [y, 1, |y|^2] (inner size 258 here), then clamp and sqrt; the probe had only
+        # the whole until an Intel host showed it differs from the AMD one while "torch matmul 256" does not
+        "cdist's matmul, inner size 258 (MKL sgemm)": lambda: _cdist_matmul(F.normalize(a, dim=1),
+                                                                             F.normalize(b, dim=1)),
+        "cdist without its matmul (ATen's own kernel)": lambda: torch.cdist(
+            F.normalize(a, dim=1), F.normalize(b, dim=1), compute_mode="donot_use_mm_for_euclid_dist"),
+        "sqrt / clamp (ATen)": lambda: [a.abs().sqrt(), a.clamp_min(0.1)],
+        "acos / cos / sin (ATen; ArcFace's margin)": lambda: [a.tanh().acos(), a.cos(), a.sin()],
         "SGD momentum steps": optimiser("sgd"),
         "AdamW steps": optimiser("adamw"),
         "backbone: one training step (train.backbone)": backbone_step,
+        "pretrain: forward + backward at its batch of 128": lambda: pretrain_steps(False),
+        "pretrain: 3 Adam steps at its batch of 128": lambda: pretrain_steps(True),
         "faiss IndexFlatL2 search": faiss_search,
         "faiss k-means": faiss_kmeans,
         "numpy matmul float32 (OpenBLAS)": numpy_ops("matmul"),
@@ -210,6 +264,7 @@ def probes() -> dict[str, object]:
         "glibc libm (Python math)": libm,
         "image decode (PNG, JPEG) and resize (Pillow)": image_decode_resize,
         "tensor resize (torchvision, interpolate)": tensor_resize,
+        "synthetic faces: render (Pillow draw, blur, transform, Lanczos)": synthetic_faces,
     }
 
 
