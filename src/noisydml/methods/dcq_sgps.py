@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from noisydml.methods.base import Batch, EpochContext, MethodSetup, MethodSpec
-from noisydml.methods.parts.dcq import DCQ_SCHEMA, KeyEncoder, margin_softmax_loss, pair_rows
+from noisydml.methods.parts.dcq import DCQ_SCHEMA, KeyEncoder, margin_softmax_loss, paired_rows
 from noisydml.methods.parts.prism import PRISM_SCHEMA
 from noisydml.methods.parts.sgps import (AUTHORS_SCHEMA, SGM_SCHEMA, SGPS_EXPORTS, SGPS_SCHEMA, TRANSPROTO_SCHEMA,
                                          SgpsMethod, check_sgps)
@@ -59,10 +59,7 @@ class DcqSgpsMethod(SgpsMethod):
     def loss(self, batch: Batch):
         hp = self.hparams
         keys = self.key_encoder.keys(batch)
-        queries, partners = (t.to(batch.labels.device) for t in pair_rows(batch.labels, hp["both_ways"]))
-        if len(queries) == 0:
-            raise RuntimeError("dcq_sgps: no class has two rows in this batch; allowed: train.batch.per_class >= 2 "
-                               "(DCQ's K = 2 images per identity)")
+        queries, partners = paired_rows(batch, hp["both_ways"], "dcq_sgps")
         scorable_share = float((self.memory.class_counts[batch.labels] > 0).float().mean())
         self.threshold.fell_back = False
         keep = self.select(batch.embeddings, batch.labels, batch.step)

@@ -26,8 +26,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from noisydml.methods.base import Batch, EpochContext, Method, MethodSetup, MethodSpec
-from noisydml.methods.parts.dcq import DCQ_SCHEMA, ClassQueue, KeyEncoder, margin_softmax_losses, pair_rows
+from noisydml.methods.base import Batch, MethodSetup, MethodSpec
+from noisydml.methods.parts.dcq import (DCQ_SCHEMA, ClassQueue, KeyEncodedMethod, margin_softmax_losses,
+                                        paired_rows)
 from noisydml.schema import Field
 
 SCHEMA = {
@@ -46,37 +47,26 @@ def switched_losses(queries: torch.Tensor, keys: torch.Tensor, labels: torch.Ten
     return best.values, best.indices
 
 
-class DcqSkhMethod(Method):
+class DcqSkhMethod(KeyEncodedMethod):
     def __init__(self, setup: MethodSetup):
-        super().__init__(setup)
-        self.key_encoder = KeyEncoder(setup, "dcq_skh (its momentum key encoder)")
+        super().__init__(setup, "dcq_skh")
         self.queues = nn.ModuleList(ClassQueue(self.hparams["queue_size"], setup.embedding_dim)
                                     for _ in range(self.hparams["heads"]))
         self.register_buffer("wins", torch.zeros(self.hparams["heads"], dtype=torch.float64))
 
-    def on_train_start(self, ctx: EpochContext, restored: bool) -> None:
-        if not restored:  # DCQ: param_k <- param_q at the start
-            self.key_encoder.copy_from(ctx.model)
-
     def loss(self, batch: Batch):
         hp = self.hparams
         keys = self.key_encoder.keys(batch)
-        queries, partners = (t.to(batch.labels.device) for t in pair_rows(batch.labels, hp["both_ways"]))
-        if len(queries) == 0:
-            raise RuntimeError("dcq_skh: no class has two rows in this batch; allowed: train.batch.per_class >= 2 "
-                               "(DCQ's K = 2 images per identity)")
-        labels = batch.labels[queries]
-        per_query, winner = switched_losses(batch.embeddings[queries], keys[partners], labels, list(self.queues),
+        queries, partners = paired_rows(batch, hp["both_ways"], "dcq_skh")
+        labels, partner_keys = batch.labels[queries], keys[partners]
+        per_query, winner = switched_losses(batch.embeddings[queries], partner_keys, labels, list(self.queues),
                                             hp["scale"], hp["margin"])
         for k, queue in enumerate(self.queues):
             chose = winner == k
-            queue.enqueue(keys[partners][chose], labels[chose])
+            queue.enqueue(partner_keys[chose], labels[chose])
         with torch.no_grad():
             self.wins += torch.bincount(winner.cpu(), minlength=hp["heads"]).to(self.wins)
         return per_query.mean(), {"dcq_queries": float(len(queries))}
-
-    def on_step_end(self, ctx: EpochContext, batch: Batch) -> None:
-        self.key_encoder.follow(ctx.model, self.hparams["momentum"])
 
     def on_epoch_start(self, ctx) -> dict[str, float]:
         self.wins.zero_()

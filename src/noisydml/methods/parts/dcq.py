@@ -138,34 +138,47 @@ class KeyEncoder(nn.Module):
         return F.normalize(embeddings.float(), dim=1)
 
 
-class DcqMethod(Method):
+def paired_rows(batch: Batch, both_ways: bool, who: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`pair_rows` of the batch, on its device; a batch where no class has two rows is refused."""
+    queries, keys = (t.to(batch.labels.device) for t in pair_rows(batch.labels, both_ways))
+    if len(queries) == 0:
+        raise RuntimeError(f"{who}: no class has two rows in this batch; allowed: train.batch.per_class >= 2 "
+                           "(DCQ's K = 2 images per identity)")
+    return queries, keys
+
+
+class KeyEncodedMethod(Method):
+    """A method with DCQ's momentum key encoder: the model's copy when training starts (DCQ: param_k <- param_q),
+    moved towards it by ``momentum`` after every step."""
+
+    def __init__(self, setup: MethodSetup, who: str):
+        super().__init__(setup)
+        self.key_encoder = KeyEncoder(setup, f"{who} (its momentum key encoder)")
+
+    def on_train_start(self, ctx: EpochContext, restored: bool) -> None:
+        if not restored:
+            self.key_encoder.copy_from(ctx.model)
+
+    def on_step_end(self, ctx: EpochContext, batch: Batch) -> None:
+        self.key_encoder.follow(ctx.model, self.hparams["momentum"])
+
+
+class DcqMethod(KeyEncodedMethod):
     """DCQ: queries through the model, keys through the momentum encoder, Eq. 18 against the class queue."""
 
     def __init__(self, setup: MethodSetup):
-        super().__init__(setup)
-        self.key_encoder = KeyEncoder(setup, "dcq (its momentum key encoder)")
+        super().__init__(setup, "dcq")
         self.queue = ClassQueue(self.hparams["queue_size"], setup.embedding_dim)
-
-    def on_train_start(self, ctx: EpochContext, restored: bool) -> None:
-        if not restored:  # DCQ: param_k <- param_q at the start
-            self.key_encoder.copy_from(ctx.model)
 
     def loss(self, batch: Batch):
         hp = self.hparams
         keys = self.key_encoder.keys(batch)
-        queries, partners = pair_rows(batch.labels, hp["both_ways"])
-        if len(queries) == 0:
-            raise RuntimeError("dcq: no class has two rows in this batch; allowed: train.batch.per_class >= 2 "
-                               "(DCQ's K = 2 images per identity)")
-        queries, partners = queries.to(batch.labels.device), partners.to(batch.labels.device)
+        queries, partners = paired_rows(batch, hp["both_ways"], "dcq")
         labels = batch.labels[queries]
         value = margin_softmax_loss(batch.embeddings[queries], keys[partners], labels, self.queue.features,
                                     self.queue.labels, hp["scale"], hp["margin"])
         self.queue.enqueue(keys[partners], labels)
         return value, {"dcq_queries": float(len(queries))}
-
-    def on_step_end(self, ctx: EpochContext, batch: Batch) -> None:
-        self.key_encoder.follow(ctx.model, self.hparams["momentum"])
 
 
 def dcq_spec() -> MethodSpec:
