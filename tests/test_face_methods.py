@@ -12,7 +12,7 @@ from conftest import FakeServices, grouped_sgps_state
 from noisydml.methods import load_spec
 from noisydml.methods.base import Batch, MethodSetup
 from noisydml.methods.parts.dcq import ClassQueue, KeyEncoder, margin_softmax_loss, pair_rows
-from noisydml.schema import ParamsError
+from noisydml.schema import ParamsError, ParamsErrors
 
 
 class _Net(torch.nn.Module):
@@ -193,7 +193,7 @@ def test_iresnet50_has_arcface_torchs_layout():
     from noisydml.models import build_model
 
     model = build_model({"backbone": "iresnet50", "pooling": "avg", "embedding_dim": 512, "frozen_bn": False,
-                         "backbone_width": 16}, 3)
+                         "backbone_width": 16, "iresnet_width": 64}, 3)
     state = model.backbone.state_dict()
     for key in ("conv1.weight", "bn1.running_mean", "prelu.weight", "layer1.0.downsample.0.weight",
                 "layer3.13.bn3.running_var", "layer4.2.conv2.weight", "bn2.weight", "features.running_var"):
@@ -205,7 +205,24 @@ def test_iresnet50_has_arcface_torchs_layout():
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 512)  # a CPU miniature's size is pooled to 7 x 7
     with pytest.raises(ParamsError, match="pooling"):
         build_model({"backbone": "iresnet18", "pooling": "max", "embedding_dim": 8, "frozen_bn": False,
-                     "backbone_width": 16}, 3)
+                     "backbone_width": 16, "iresnet_width": 64}, 3)
+
+
+def test_iresnet_width_scales_every_stage_and_refuses_published_weights():
+    """``train.iresnet_width`` (ours): each stage's channels scale with it (64: arcface_torch's 64/128/256/512); a
+    narrower network cannot start from published weights, and says so before any stage runs."""
+    from noisydml.models import build_model, check_backbone
+
+    cfg = {"backbone": "iresnet18", "pooling": "avg", "embedding_dim": 16, "frozen_bn": False, "backbone_width": 16,
+           "iresnet_width": 8, "pretrained": "none"}
+    state = build_model(cfg, 3).backbone.state_dict()
+    assert [state[f"layer{i}.0.conv1.weight"].shape[0] for i in (1, 2, 3, 4)] == [8, 16, 32, 64]
+    assert tuple(state["fc.weight"].shape) == (512, 64 * 7 * 7)  # the 512-d features whatever the width
+    check_backbone(cfg)
+    with pytest.raises(ParamsErrors, match=r"train.iresnet_width: 8 with train.pretrained 'ms1mv2_r18'.*allowed: 64"):
+        check_backbone({**cfg, "pretrained": "ms1mv2_r18"}, weight_names=("ms1mv2_r18",))
+    with pytest.raises(ParamsErrors, match="train.iresnet_width: 8 with train.pretrained 'w.pth'"):
+        check_backbone({**cfg, "pretrained": "w.pth"})
 
 
 def _direct_margin_softmax_ce(cosines, label, kind, margin, scale):

@@ -327,7 +327,7 @@ def test_published_iresnet_weights_are_evaluated_as_published(prepared, tmp_path
 
     folder, cfg, info = prepared
     torch.manual_seed(0)
-    net = BACKBONES["iresnet18"](3, {"pooling": "avg"}).eval()
+    net = BACKBONES["iresnet18"](3, {"pooling": "avg", "iresnet_width": 64}).eval()
     torch.save(net.state_dict(), tmp_path / "backbone.pth")
     loaded = load_published("iresnet18", tmp_path / "backbone.pth")
     saved = verification_embeddings(published_embedder(loaded, torch.device("cpu")), folder)

@@ -39,6 +39,9 @@ __all__ = ["Field", "ParamsError", "check_section", "load_params", "validate_par
 TRAIN_SCHEMA: dict[str, Field] = {
     "backbone": Field(str, "small_cnn", help="a name of noisydml.models.BACKBONES"),
     "backbone_width": Field(int, 16, min=1, help="channels of the first block of small_cnn"),
+    "iresnet_width": Field(int, 64, min=1, help="iresnet*: channels of the first stage, doubled by each later stage "
+                                                "(arcface_torch and its published weights: 64; another value is ours: "
+                                                "a narrower network for the CPU face benchmark)"),
     "pretrained": Field(str, "none", help="where the backbone starts: none | embedded (the pretrain stage's "
                                           "weights) | imagenet (torchvision, ResNets) | a name in `weights` "
                                           "(published weights the pretrain stage fetches) | a .pt/.pth file"),

@@ -120,7 +120,7 @@ def _iresnet(name: str) -> Callable[[int, dict], nn.Module]:
         if cfg["pooling"] != "avg":  # no global pooling: the linear layer flattens the 7 x 7 map
             raise ParamsError(f"train.pooling: {cfg['pooling']!r} with train.backbone {name!r}, which flattens its "
                               "last map (no global pooling); allowed: avg")
-        return IResNet(DEPTHS[name], in_channels)
+        return IResNet(DEPTHS[name], in_channels, width=cfg["iresnet_width"])
 
     return build
 
@@ -198,6 +198,11 @@ def check_backbone(train_cfg: dict, weight_names=()) -> None:
                         f"{', '.join(sorted(retrieval))} (image retrieval), {', '.join(sorted(face))} (face "
                         "recognition, 112-px faces)")
     pretrained = train_cfg["pretrained"]
+    if (str(backbone).startswith("iresnet") and train_cfg["iresnet_width"] != IRESNET_PUBLISHED_WIDTH
+            and (pretrained in weight_names or str(pretrained).endswith((".pt", ".pth")))):
+        problems.append(f"train.iresnet_width: {train_cfg['iresnet_width']} with train.pretrained {pretrained!r}: "
+                        f"published iResNet weights have width {IRESNET_PUBLISHED_WIDTH}; allowed: "
+                        f"{IRESNET_PUBLISHED_WIDTH}, or train.pretrained none / embedded")
     if pretrained in weight_names:
         pass
     elif pretrained == "imagenet" and not str(backbone).startswith("resnet"):
@@ -211,6 +216,9 @@ def check_backbone(train_cfg: dict, weight_names=()) -> None:
     if problems:
         raise ParamsErrors(problems)
 
+
+#: arcface_torch's iResNet width (its first stage's channels), the width of every published iResNet state dict
+IRESNET_PUBLISHED_WIDTH = 64
 
 #: ``train.pretrained`` values other than a weights file's path.
 PRETRAINED_SOURCES = ("none", "embedded", "imagenet")

@@ -4,7 +4,8 @@ for non-commercial research; none is fetched here: ``train.pretrained`` names a 
 
 A block is BN -> 3x3 conv -> BN -> PReLU -> 3x3 conv (the stride here) -> BN, plus the shortcut (1x1 conv + BN
 where the shape changes). Stem: 3x3 conv (stride 1), BN, PReLU; four stages of 64, 128, 256, 512 channels, each
-halving the map; then BN, flatten, a linear layer to ``num_features`` (512) and a BatchNorm1d whose scale is fixed
+halving the map (``width`` 64; a narrower network, ``train.iresnet_width``, is ours and loads no published
+weights); then BN, flatten, a linear layer to ``num_features`` (512) and a BatchNorm1d whose scale is fixed
 at 1. At ArcFace's 112 x 112 crop the last map is 7 x 7, which the linear layer flattens; a smaller input (ours:
 the CPU miniatures at 32 px give 2 x 2) is average-pooled to 7 x 7 first, so the layer's shape, and the published
 weights, stay valid. ``dropout``: arcface_torch's configs use 0.
@@ -19,7 +20,7 @@ from torch import nn
 #: blocks per stage (arcface_torch: r18, r34, r50, r100)
 DEPTHS = {"iresnet18": (2, 2, 2, 2), "iresnet34": (3, 4, 6, 3), "iresnet50": (3, 4, 14, 3),
           "iresnet100": (3, 13, 30, 3)}
-WIDTHS = (64, 128, 256, 512)
+WIDTHS = (64, 128, 256, 512)  # arcface_torch's stages; ``width`` scales them (ours when not 64)
 FINAL_MAP = 7  # the last map's side at 112 px
 
 
@@ -46,13 +47,15 @@ class IBlock(nn.Module):
 
 
 class IResNet(nn.Module):
-    def __init__(self, depths: tuple[int, ...], in_channels: int = 3, num_features: int = 512, dropout: float = 0.0):
+    def __init__(self, depths: tuple[int, ...], in_channels: int = 3, num_features: int = 512, dropout: float = 0.0,
+                 width: int = WIDTHS[0]):
         super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, WIDTHS[0], 3, 1, 1, bias=False)
-        self.bn1 = _bn(WIDTHS[0])
-        self.prelu = nn.PReLU(WIDTHS[0])
-        previous = WIDTHS[0]
-        for i, (channels, blocks) in enumerate(zip(WIDTHS, depths), start=1):
+        widths = tuple(width * 2 ** i for i in range(len(WIDTHS)))  # width 64: arcface_torch's WIDTHS
+        self.conv1 = nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False)
+        self.bn1 = _bn(widths[0])
+        self.prelu = nn.PReLU(widths[0])
+        previous = widths[0]
+        for i, (channels, blocks) in enumerate(zip(widths, depths), start=1):
             stage = [IBlock(previous, channels, 2)] + [IBlock(channels, channels, 1) for _ in range(blocks - 1)]
             setattr(self, f"layer{i}", nn.Sequential(*stage))
             previous = channels

@@ -27,12 +27,12 @@ def load_published(backbone: str, weights: str | Path) -> "torch.nn.Module":
     """The iResNet ``backbone`` with the state dict at ``weights`` (every key matched; shapes checked)."""
     import torch
 
-    from noisydml.models import BACKBONES, load_backbone_weights
+    from noisydml.models import BACKBONES, IRESNET_PUBLISHED_WIDTH, load_backbone_weights
 
     if not backbone.startswith("iresnet") or backbone not in BACKBONES:
         allowed = ", ".join(name for name in BACKBONES if name.startswith("iresnet"))
         raise SystemExit(f"--backbone: {backbone!r}; allowed: {allowed} (arcface_torch's layout)")
-    net = BACKBONES[backbone](3, {"pooling": "avg"})
+    net = BACKBONES[backbone](3, {"pooling": "avg", "iresnet_width": IRESNET_PUBLISHED_WIDTH})
     state = torch.load(weights, map_location="cpu", weights_only=True)
     state = state.get("state_dict", state) if isinstance(state, dict) else state
     load_backbone_weights(net, state, str(weights))
