@@ -128,30 +128,26 @@ def probes() -> dict[str, object]:
 
     def pretrain_steps(optimise: bool):
         """The pretrain stage's step at its own shapes (batch 128, 400 classes; the probe's other backbone step runs
-        16 images): forward and backward only, or 3 steps with its Adam, weight decay and cosine schedule."""
+        16 images): forward and backward only, or the stage's own loop (``pretrain_backbone``: its Adam, weight
+        decay and cosine schedule) for one epoch of 3 steps on seeded images."""
         from noisydml.config import load_params
-        from noisydml.engine.eager_optim import eager
+        from noisydml.engine.pretrain import HELD_OUT_PER_CLASS, pretrain_backbone
         from noisydml.models import BACKBONES
 
         torch.manual_seed(0)
         params = load_params(REPO / "params.yaml", sections=["train", "pretrain"])
+        if optimise:  # 400 classes x (1 trained + the held-out images): 400 training images, 3 steps of 128
+            labels = np.repeat(np.arange(400), 1 + HELD_OUT_PER_CLASS)
+            images = np.random.default_rng(27).integers(0, 256, (len(labels), 32, 32, 1), dtype=np.uint8)
+            state, _ = pretrain_backbone(params["train"], {**params["pretrain"], "epochs": 1}, images, labels,
+                                         progress=False)
+            return list(state.values())
         backbone = BACKBONES[params["train"]["backbone"]](1, params["train"])
         model = torch.nn.Sequential(backbone, torch.nn.Linear(backbone.out_dim, 400))
         x = t(128, 1, 32, 32, seed=27)
         y = torch.from_numpy(np.random.default_rng(28).integers(0, 400, 128))
-        if not optimise:
-            F.cross_entropy(model(x), y).backward()
-            return [p.grad for p in model.parameters()]
-        cfg = params["pretrain"]
-        optimizer = eager(torch.optim.Adam)(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=100)
-        for _ in range(3):
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-        return [p.detach() for p in model.parameters()]
+        F.cross_entropy(model(x), y).backward()
+        return [p.grad for p in model.parameters()]
 
     def faiss_search():
         import faiss
@@ -251,7 +247,7 @@ def probes() -> dict[str, object]:
         "AdamW steps": optimiser("adamw"),
         "backbone: one training step (train.backbone)": backbone_step,
         "pretrain: forward + backward at its batch of 128": lambda: pretrain_steps(False),
-        "pretrain: 3 Adam steps at its batch of 128": lambda: pretrain_steps(True),
+        "pretrain: its loop, 3 Adam steps at its batch of 128": lambda: pretrain_steps(True),
         "faiss IndexFlatL2 search": faiss_search,
         "faiss k-means": faiss_kmeans,
         "numpy matmul float32 (OpenBLAS)": numpy_ops("matmul"),
@@ -296,10 +292,13 @@ def compare(mine: dict) -> list[str]:
             lines.append(f"{other['host_kind']} (this host's kind, committed): "
                          + ("every operation the same" if not same else f"differs in {', '.join(same)}"))
             continue
-        differ = [op for op, h in mine["ops"].items() if op in other["ops"] and other["ops"][op] != h]
+        shared = [op for op in mine["ops"] if op in other["ops"]]  # an op one probe lacks decides nothing
+        differ = [op for op in shared if other["ops"][op] != mine["ops"][op]]
+        unshared = len(mine["ops"]) - len(shared)
         versions = {k for k in mine["packages"] if other["packages"].get(k) != mine["packages"][k]}
-        lines.append(f"{other['host_kind']} ({other['cpu']['model']}): {len(differ)} of {len(mine['ops'])} "
-                     "operations differ" + (": " + "; ".join(differ) if differ else "")
+        lines.append(f"{other['host_kind']} ({other['cpu']['model']}): {len(differ)} of the {len(shared)} "
+                     "operations both probes hold differ" + (": " + "; ".join(differ) if differ else "")
+                     + (f" ({unshared} of this probe's not in that one: run it there with --write)" if unshared else "")
                      + (f" (other package versions: {', '.join(sorted(versions))})" if versions else ""))
     if not lines:
         lines.append("no committed probe of any host kind in " + str(FOLDER.relative_to(REPO)))

@@ -2,11 +2,12 @@
 paper's numbers, the per-seed identity intervals, and the orderings judged by the interval over seeds."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from noisydml.studies.sgps import FACE_BLOCKS, face_table4
+from noisydml.studies.sgps import FACE_BLOCKS, FACE_REAL_COLUMNS, FACE_TABLE4_REGIMES, face_table4
 
 
 def _runs(shift: dict) -> pd.DataFrame:
@@ -34,18 +35,40 @@ def test_table4_rows_sit_beside_the_papers_and_orderings_follow_the_seed_interva
     (tmp_path / "t4.json").write_text(json.dumps({"commit": "abcdef0123", "cpu": "AMD EPYC", "cores": 2,
                                                   "launch_seconds": {"faces_large": 600.0}, "queue_size": 128,
                                                   "seeds": [0, 1, 2]}))
-    text = "\n".join(face_table4(refs, {"arcface": "ArcFace", "dcq": "DCQ", "skh": "SKH"}, tmp_path / "t4"))
+    text = "\n".join(face_table4(refs, {"arcface": "ArcFace", "dcq": "DCQ", "skh": "SKH"}, tmp_path / "t4",
+                                  "an iResNet-like training"))
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines()
             if line.startswith("| ") and not line.startswith("|:")]
     assert ["ArcFace", "faces_large (MS1MV0-like)", "3", "90.27 / 81.11"] == rows[1][:4]  # the paper's MS1MV0 IJB-C
     assert ["ArcFace", "faces_large_clean (MS1MV2-like)", "3", "95.81 / 93.63"] in [r[:4] for r in rows]
     assert "50.10 ± 0.10" in rows[1] and "abcdef0" in text and "50.00 [45.00, 55.00] (11 false accepts)" in text
+    assert "an iResNet-like training, measured at commit" in text  # the regime's training named
     verdicts = {(r[0], r[1]): r[-1] for r in rows if len(r) == 7}
     assert verdicts[("the noise hurts ArcFace (cleaned above noisy)", "TAR@1e-5")] == "holds"
     assert verdicts[("DCQ collapses under noise: it loses more than ArcFace", "TAR@1e-5")] == "holds"
     assert verdicts[("ArcFace above DCQ on noisy data", "TAR@1e-5")] == "holds"
     assert verdicts[("SKH above ArcFace", "TAR@1e-5")] == "undecided"  # +0.05, -0.25, +0.05: the interval holds 0
-    real = [r for r in rows if r[:1] in (["MS1MV0 rows (noisy)"], ["MS1MV2 rows (cleaned)"])]
-    assert len(real) == 2 and all(r[2] == "not run" and "profile" in r[3] for r in real)  # with what they need
+    assert len(FACE_REAL_COLUMNS) == 2 and all(r["status"] == "not run" and "profile" in r["needs"]
+                                               for r in FACE_REAL_COLUMNS)  # the real columns: with what they need
     assert [b[0] for b in FACE_BLOCKS] == ["faces_large", "faces_large_clean"]
-    assert face_table4(refs, {}, tmp_path / "absent")[0].startswith("(not measured")
+    # each regime's files are the script's outputs; where none is, the text says how to make them
+    assert [Path(path).name for _, path, _, _ in FACE_TABLE4_REGIMES] == ["face_grid", "iresnet"]
+    assert all("python scripts/face_table4.py" in absent for *_, absent in FACE_TABLE4_REGIMES)
+
+
+def test_the_scripts_iresnet_regime_keeps_the_papers_schedule_shape_and_one_lr_per_launch():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("face_table4", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "face_table4.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.paper_milestones(10) == [4, 8, 9] and script.paper_milestones(6) == [2, 4, 5]
+    plan = script.launches("iresnet", "all", 10)
+    for name, datasets, methods, extra in plan:  # a classifier launch at 0.1, a pair-wise one at 0.06
+        lr = {0.1: "classifier", 0.06: "pairwise"}[float(extra[extra.index(next(e for e in extra if e.startswith(
+            "train.optimizer.lr=")))].split("=")[1])]
+        assert name.endswith(lr) and all((m in script.PAIRWISE) == (lr == "pairwise") for m in methods)
+        assert "train.schedule.milestones=[4,8,9]" in extra and "methods.arcface.lr_multiplier=1.0" in extra
+    trained = {(d, m) for _, datasets, methods, _ in plan for d in datasets for m in methods}
+    assert trained == {(d, m) for d, ms in script.IRESNET_ROWS["all"].items() for m in ms}

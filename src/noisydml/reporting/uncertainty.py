@@ -92,5 +92,10 @@ def verdict(seed_ci: tuple[float, float] | None, class_ci: tuple[float, float] |
     return UNDECIDED
 
 
+def seed_verdict(seed_ci: tuple[float, float] | None) -> str:
+    """:func:`verdict` where the seeds are the only source of variation judged (no held-out classes to resample)."""
+    return verdict(seed_ci, seed_ci)
+
+
 def interval_text(ci: tuple[float, float] | None, digits: int) -> str:
     return "–" if ci is None else f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
