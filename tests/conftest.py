@@ -21,6 +21,16 @@ README_OWN_DATASET = ["+datasets.mine={kind: folder, root: /path/to/images, imag
                       "grid.datasets=[glyphs,mine]"]
 
 
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def with_readme_dataset(overrides: list[str]) -> list[str]:
     """``overrides``, after :data:`README_OWN_DATASET` where one names the README's dataset ``mine``."""
     import re

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import yaml
 
+from conftest import load_script
+
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("default_sources", REPO / "scripts" / "default_sources.py")
-default_sources = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(default_sources)
+default_sources = load_script("default_sources")
 
 
 def _load():

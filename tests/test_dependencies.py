@@ -1,6 +1,5 @@
 """dvc.yaml declares exactly the code each stage runs; import layering; no hidden defaults in params.yaml."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -8,11 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, load_script
 
-_spec = importlib.util.spec_from_file_location("stage_deps", REPO / "scripts" / "stage_deps.py")
-stage_deps = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stage_deps)
+stage_deps = load_script("stage_deps")
 
 DVC = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
 

@@ -57,17 +57,14 @@ def test_table4_rows_sit_beside_the_papers_and_orderings_follow_the_seed_interva
 
 
 def test_the_scripts_iresnet_regime_keeps_the_papers_schedule_shape_and_one_lr_per_launch():
-    import importlib.util
+    from conftest import load_script
 
-    spec = importlib.util.spec_from_file_location("face_table4", Path(__file__).resolve().parents[1] / "scripts"
-                                                  / "face_table4.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("face_table4")
     assert script.paper_milestones(10) == [4, 8, 9] and script.paper_milestones(6) == [2, 4, 5]
     plan = script.launches("iresnet", "all", 10)
     for name, datasets, methods, extra in plan:  # a classifier launch at 0.1, a pair-wise one at 0.06
-        lr = {0.1: "classifier", 0.06: "pairwise"}[float(extra[extra.index(next(e for e in extra if e.startswith(
-            "train.optimizer.lr=")))].split("=")[1])]
+        lr = {0.1: "classifier", 0.06: "pairwise"}[float(next(e for e in extra if e.startswith(
+            "train.optimizer.lr=")).split("=")[1])]
         assert name.endswith(lr) and all((m in script.PAIRWISE) == (lr == "pairwise") for m in methods)
         assert "train.schedule.milestones=[4,8,9]" in extra and "methods.arcface.lr_multiplier=1.0" in extra
     trained = {(d, m) for _, datasets, methods, _ in plan for d in datasets for m in methods}

@@ -1,13 +1,10 @@
 """scripts/numerics_probe.py's comparison: what it counts is the operations both hosts' probes hold."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("numerics_probe", REPO / "scripts" / "numerics_probe.py")
-numerics_probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(numerics_probe)
+from conftest import load_script
+
+numerics_probe = load_script("numerics_probe")
 
 
 def _probe(kind: str, ops: dict) -> dict:

@@ -241,14 +241,9 @@ def test_warmup_keeps_every_sample():
 
 
 def _bench():
-    import importlib.util
+    from conftest import load_script
 
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("bench_prism_scale", REPO / "scripts" / "bench_prism_scale.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_prism_scale")
 
 
 def test_selection_at_sop_scale_keeps_clean_scorable_samples():

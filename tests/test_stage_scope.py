@@ -8,7 +8,6 @@ compares after an edit is the dependencies and params, which are real. scripts/s
 table on the default grid.
 """
 
-import importlib.util
 import shutil
 import subprocess
 
@@ -16,14 +15,12 @@ import pytest
 from dvc.repo import Repo
 from dvc.utils.hydra import apply_overrides
 
-from conftest import REPO
+from conftest import REPO, load_script
 from noisydml.pipeline.rehearsal import run_checked, stage_env
 
 pytestmark = pytest.mark.e2e
 
-_spec = importlib.util.spec_from_file_location("stale_by_edit", REPO / "scripts" / "stale_by_edit.py")
-stale_by_edit = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stale_by_edit)
+stale_by_edit = load_script("stale_by_edit")
 
 #: Every template of dvc.yaml on, one item each where it can: one noise, the methods the default chains and BSPML's
 #: maps train from (their chains at that noise kept), a run-sourced noise, one point of each figure, one tuned

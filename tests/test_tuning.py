@@ -330,19 +330,16 @@ def test_a_tuned_chain_trains_from_the_grids_upstream_with_its_studys_values_thr
 def test_the_orderings_experiment_is_valid_through_dvcs_own_overrides(tmp_path, dataset):
     """scripts/tuning_orderings.py's -S arguments, applied by DVC's code to params.yaml, validate and tune every
     method and chain of the comparisons at both noises."""
-    import importlib.util
     import shutil
 
     from dvc.utils.hydra import apply_overrides
 
-    from conftest import REPO
+    from conftest import REPO, load_script
     from noisydml.config import load_params
     from noisydml.pipeline.check import check_all
     from noisydml.runs import runs_of
 
-    spec = importlib.util.spec_from_file_location("tuning_orderings", REPO / "scripts" / "tuning_orderings.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("tuning_orderings")
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     apply_overrides(tmp_path / "params.yaml", script.overrides(dataset))
     params = check_all(load_params(tmp_path / "params.yaml"))
@@ -358,19 +355,16 @@ def test_the_ablation_grids_are_valid_through_dvcs_own_overrides(tmp_path, famil
     """scripts/method_ablations.py's -S arguments (docs/ablations.md), applied by DVC's code to params.yaml, validate
     and train every variant at 3 seeds beside its baseline: SGPS's as figures.sgps_ablations runs, Smooth
     Proxy-Anchor's readings as chained runs from phase 1."""
-    import importlib.util
     import shutil
 
     from dvc.utils.hydra import apply_overrides
 
-    from conftest import REPO
+    from conftest import REPO, load_script
     from noisydml.config import load_params
     from noisydml.pipeline.check import check_all
     from noisydml.studies import all_runs
 
-    spec = importlib.util.spec_from_file_location("method_ablations", REPO / "scripts" / "method_ablations.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("method_ablations")
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     apply_overrides(tmp_path / "params.yaml", script.overrides(family, dataset, noise))
     params = check_all(load_params(tmp_path / "params.yaml"))
