@@ -7,7 +7,7 @@
 Per run: the run's own decisions (``method``, where it made any) and the detectors that need no method (cleanlab's
 Datalab on the run's training embeddings, confident learning on a cross-fitted probe's probabilities, kNN
 disagreement), each judged (AUROC, AUPRC, precision at k = the true number of wrong labels, its flags' precision /
-recall / F1, seconds, Python-side peak MiB), and cleanlab's estimate of the noise rate beside the true one; on data
+recall / F1, seconds, Python-side peak MiB), and the audit's estimate of the noise rate beside the true one; on data
 without known wrong labels (a ``folder`` dataset of your own) nothing is judged and the estimate is printed alone.
 Reads the run folders and the corrupt stage's label tables only (never the test split). ``--per-sample``: every
 detector's scores per sample (the audit schema) as CSV files in that folder. ``--clean-csv``: a ``folder``
@@ -21,11 +21,13 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from noisydml.audit.clean import cleaned_listing  # noqa: E402 - the package from this checkout
+from noisydml.audit.clean import (MAX_SHARE, MIN_OVERLAP, RULES, CleaningRefused, cleaned_listing,  # noqa: E402
+                                  plan)
 from noisydml.audit.detectors import CENTROID_TEMPERATURE  # noqa: E402
 from noisydml.audit.run import (DEFAULT_DETECTORS, DETECTORS, audit_run, estimated_rate,  # noqa: E402
                                 judged_table, known_noise, training_class_names, truth_of)
@@ -42,17 +44,39 @@ def prepared_of(run: Path) -> tuple[Path, str, PreparedDataset]:
     return root, dataset, PreparedDataset.load(root / "data" / "prepared" / dataset, root)
 
 
-def clean_listing(run: Path, located: tuple[Path, str, PreparedDataset], audits: dict, out_csv: Path, action: str,
-                  min_agree: int) -> dict:
-    """The ``folder`` dataset's listing with the run's suspects acted on (params.yaml's ``datasets.<name>``;
-    ``located``: :func:`prepared_of` the run)."""
+def clean_listing(run: Path, located: tuple[Path, str, PreparedDataset], audits: dict, rate: float, out_csv: Path,
+                  args: argparse.Namespace) -> dict:
+    """The ``folder`` dataset's listing with the suspects of ``audits`` (one or several runs' detectors; ``rate``:
+    their mean estimate of the noise rate) acted on (:func:`~noisydml.audit.clean.plan`; params.yaml's
+    ``datasets.<name>``; ``located``: :func:`prepared_of` a run); prints what it did, its warnings and the
+    retrain's settings."""
     root, dataset, prepared = located
     cfg = load_params(root / "params.yaml", ("datasets",))["datasets"][dataset]
     if cfg.get("kind") != "folder":
         raise SystemExit(f"--clean-csv: dataset {dataset!r} is kind {cfg.get('kind')!r}; a cleaned listing is written "
                          "for folder datasets (their csv form reads it back)")
-    return cleaned_listing(cfg, root, prepared.manifest, training_class_names(run), rank_suspects(audits), action,
-                           min_agree, out_csv)
+    suspects = rank_suspects(audits)
+    try:
+        acted, facts = plan(suspects, audits, rate, args.action, args.rule, args.min_agree, args.max_share,
+                            args.min_overlap, args.force)
+    except CleaningRefused as refused:
+        raise SystemExit(f"--clean-csv: not written: {refused}") from None
+    done = cleaned_listing(cfg, root, prepared.manifest, training_class_names(run), suspects, acted, out_csv)
+    print(f"cleaned listing: {out_csv}: rule {args.rule}, action {args.action}; acted on {len(acted)} of "
+          f"{done['training_rows']} training rows ({facts['acted_share']:.1%}; estimated noise rate {rate:.1%}): "
+          f"{done['dropped']} dropped, {done['relabelled']} relabelled, {done['dropped_single_left']} dropped as the "
+          f"last of their class")
+    for warning in facts["warnings"]:
+        print(f"WARNING (--force): {warning}")
+    if done["emptied"]:
+        print(f"WARNING: {len(done['emptied'])} training classes lost every row: {', '.join(done['emptied'][:10])}"
+              f"{' ...' if len(done['emptied']) > 10 else ''}")
+    kept = done["training_rows_written"]
+    residual = max(rate * done["training_rows"] - len(acted), 0) / max(kept, 1)
+    print(f"retrain: at most {residual:.1%} of the kept rows are estimated wrong (if every acted row was wrong); a "
+          f"method told a noise rate takes that (e.g. -S methods.prism.noise_rate={residual:.2f}), and "
+          f"{done['training_rows'] / max(kept, 1):.2f} x train.epochs keeps the steps of the audited run")
+    return done
 
 
 def main(argv: list[str]) -> None:
@@ -72,15 +96,26 @@ def main(argv: list[str]) -> None:
                                                    "(<folder>/<dataset>-<noise>-<run>-seed<k>/index.html)")
     parser.add_argument("--top", type=int, default=50, help="suspects on a contact sheet")
     parser.add_argument("--clean-csv", type=Path, help="write the folder dataset's listing with the suspected training "
-                                                       "labels acted on (one run only)")
+                                                       "labels acted on (the consensus of every run given: runs of "
+                                                       "one dataset and noise, e.g. its seeds)")
     parser.add_argument("--action", choices=("drop", "relabel"), default="drop",
                         help="drop the suspected rows, or give them the suggested label (dropped without one)")
-    parser.add_argument("--min-agree", type=int, default=2, help="a row is suspected when at least this many "
-                                                                 "detectors flag it (ours: 2)")
+    parser.add_argument("--rule", choices=RULES, default="estimate",
+                        help="which rows to act on: estimate (the default: as many as the estimated noise rate, "
+                             "most suspected first) or agree (those --min-agree detectors flag)")
+    parser.add_argument("--min-agree", type=int, default=2, help="with --rule agree: a row is suspected when at "
+                                                                 "least this many detectors flag it (ours: 2)")
+    parser.add_argument("--max-share", type=float, default=MAX_SHARE,
+                        help=f"refuse to act on more than this share of the training rows (ours: {MAX_SHARE})")
+    parser.add_argument("--min-overlap", type=float, default=MIN_OVERLAP,
+                        help="refuse when two detectors' top sets overlap less than this (ours: "
+                             f"{MIN_OVERLAP})")
+    parser.add_argument("--force", action="store_true", help="write the cleaned listing despite a refusal")
     args = parser.parse_args(argv)
-    if args.clean_csv and len(args.runs) != 1:
-        raise SystemExit(f"--clean-csv acts on one run's audit; {len(args.runs)} runs given")
-    tables = []
+    if args.clean_csv and len({run.resolve().parents[1] for run in args.runs}) != 1:
+        raise SystemExit("--clean-csv acts on the runs of one dataset and noise (their seeds or methods: the consensus "
+                         "over all of them); runs of several given")
+    tables, every, rates = [], {}, []
     for run in args.runs:
         if not (run / "train_embeddings.npz").is_file():
             raise SystemExit(f"{run}: no train_embeddings.npz; give trained run folders (dvc repro first)")
@@ -89,11 +124,12 @@ def main(argv: list[str]) -> None:
         rate = estimated_rate(audits)
         truth = truth_of(run)
         if not known_noise(truth):
-            print(f"\n{run}: no known wrong labels, nothing to judge; cleanlab's estimate of the noise rate {rate:.3f}")
+            print(f"\n{run}: estimated noise rate {rate:.3f}; no label is known to be wrong (a clean setting, or data "
+                  "whose truth nobody recorded): nothing judged")
         else:
             table = judged_table(audits, truth)
             table.insert(0, "run", str(run))
-            print(f"\n{run}: true noise rate {table['noise_rate'].iloc[0]:.3f}, cleanlab's estimate {rate:.3f}")
+            print(f"\n{run}: true noise rate {table['noise_rate'].iloc[0]:.3f}, estimated {rate:.3f}")
             print(table.drop(columns=["run", "rows", "noise_rate"]).to_string(index=False, float_format="%.3f"))
             tables.append(table)
         located = prepared_of(run) if args.sheet or args.clean_csv else None
@@ -105,9 +141,11 @@ def main(argv: list[str]) -> None:
             args.per_sample.mkdir(parents=True, exist_ok=True)
             for name, frame in audits.items():
                 frame.to_csv(args.per_sample / f"{'-'.join(run.parts[-4:])}-{name}.csv", index=False)
-        if args.clean_csv:
-            done = clean_listing(run, located, audits, args.clean_csv, args.action, args.min_agree)
-            print(f"cleaned listing: {args.clean_csv} ({done})")
+        if args.clean_csv:  # the consensus over every run given: seeds vote together
+            every.update({f"{'-'.join(run.parts[-2:])}/{name}": frame for name, frame in audits.items()})
+            rates.append(rate)
+    if args.clean_csv:
+        clean_listing(args.runs[0], prepared_of(args.runs[0]), every, float(np.mean(rates)), args.clean_csv, args)
     if args.csv and tables:
         pd.concat(tables).to_csv(args.csv, index=False)
         print(f"\nwrote {args.csv}")

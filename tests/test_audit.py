@@ -37,6 +37,9 @@ def test_judge_against_a_hand_computed_case():
     assert out["precision_at_k"] == pytest.approx(1 / 2)  # top 2: rows 0, 1
     assert out["flag_precision"] == pytest.approx(1 / 3) and out["flag_recall"] == pytest.approx(1 / 2)
     assert out["flag_f1"] == pytest.approx(2 * (1 / 3) * (1 / 2) / (1 / 3 + 1 / 2))
+    # AQuA's weighted F1: the wrong class's F1 (0.4, 2 rows) and the right class's (precision 2/3, recall 2/4: 4/7,
+    # 4 rows), weighted by their rows
+    assert out["weighted_f1"] == pytest.approx((2 * 0.4 + 4 * 4 / 7) / 6)
     assert out["noise_rate"] == pytest.approx(2 / 6)
 
 
@@ -55,6 +58,18 @@ def test_each_detector_gives_the_schema_and_finds_flips(name):
     suggested = frame["suggested_label"].to_numpy()
     right = suggested[suggested >= 0] == true[suggested >= 0]
     assert right.mean() > 0.9  # a suggestion is mostly the true class
+
+
+def test_the_open_set_detector_ranks_images_of_no_training_class_first_and_suggests_nothing():
+    """Images of a class outside the training classes, filed under training labels (small-cluster noise's kind):
+    far from every class mean, they score above every row of a training class, closed-set flips included."""
+    emb, given, true, ids = clusters(classes=6, per_class=40, noise=0.2)
+    rng = np.random.default_rng(1)
+    outsider = (rng.normal(0, 1, (10, 16)) + rng.normal(0, 1, 16) * 4).astype(np.float32)
+    frame = detectors.open_set(np.vstack([emb, outsider]), np.concatenate([given, np.arange(10) % 6]),
+                               np.arange(len(ids) + 10), folds=5, seed=0)
+    assert set(frame.nlargest(10, "score")["sample_id"]) == set(range(len(ids), len(ids) + 10))
+    assert frame["flagged"].isna().all() and (frame["suggested_label"] == -1).all()
 
 
 def test_the_probe_never_scores_a_row_it_was_fitted_on(monkeypatch):
@@ -183,13 +198,13 @@ def test_the_contact_sheet_shows_the_top_suspects_with_every_image_present_and_l
     from noisydml.audit.sheet import rank_suspects, write_sheet
 
     emb, given, true, ids = clusters(classes=4, per_class=15)
-    audits = {"knn": detectors.knn_disagreement(emb, given, ids),
-              "probe": detectors.confident_learning(detectors.cross_fitted_probabilities(emb, given, 3, 0), given,
-                                                    ids)}
+    audits = {"knn_disagreement": detectors.knn_disagreement(emb, given, ids),
+              "confident_learning": detectors.confident_learning(
+                  detectors.cross_fitted_probabilities(emb, given, 3, 0), given, ids)}
     suspects = rank_suspects(audits)
     assert suspects["consensus"].is_monotonic_decreasing and len(suspects) == len(ids)
     assert set(suspects.columns) >= {"sample_id", "given_label", "consensus", "agree", "suggested_label",
-                                     "score_knn", "score_probe"}
+                                     "score_knn_disagreement", "score_confident_learning"}
     images = np.random.default_rng(0).integers(0, 256, (len(ids), 8, 8, 3), dtype=np.uint8)
     names = ["<b>cat</b>", "dog & co", "A \"quoted\"", "plain"]
     page = write_sheet(suspects, images, ids, given, names, tmp_path / "sheet", top_n=12)
@@ -264,7 +279,8 @@ def test_the_audit_reads_no_file_of_the_test_split(tmp_path):
         training_class_names(run)
     finally:
         armed = False
-    assert not opened and set(audits) == {"method", "datalab", "confident_learning", "knn_disagreement"}
+    assert not opened and set(audits) == {"method", "datalab", "confident_learning", "centroid_confident_learning",
+                                          "knn_disagreement"}
 
 
 def test_a_cleaned_listing_is_read_back_by_a_folder_dataset(tmp_path):
@@ -273,7 +289,7 @@ def test_a_cleaned_listing_is_read_back_by_a_folder_dataset(tmp_path):
     import yaml
     from PIL import Image
 
-    from noisydml.audit.clean import cleaned_listing
+    from noisydml.audit.clean import cleaned_listing, plan
     from noisydml.data.folder import load_folder_dataset
     from noisydml.data.prepared import PreparedDataset
     from noisydml.data.registry import prepare_dataset
@@ -298,21 +314,80 @@ def test_a_cleaned_listing_is_read_back_by_a_folder_dataset(tmp_path):
     # rows 1 and 5 suspected by both detectors (5 with a suggestion: class2), row 9 by one
     suspects = pd.DataFrame({"sample_id": train["sample_id"], "given_label": train["label"], "detectors": 2,
                              "agree": [2 if s in (1, 5) else (1 if s == 9 else 0) for s in train["sample_id"]],
-                             "suggested_label": [2 if s == 5 else -1 for s in train["sample_id"]]})
+                             "suggested_label": [2 if s == 5 else -1 for s in train["sample_id"]],
+                             "suggested_by": [2 if s == 5 else 0 for s in train["sample_id"]]})
     out = tmp_path / "lists" / "cleaned.csv"
-    dropped = cleaned_listing(cfg, tmp_path, manifest, names, suspects, "drop", 2, out)
+
+    def acted(action, min_agree=2):
+        return plan(suspects, {}, float("nan"), action, "agree", min_agree, max_share=1.0)[0]
+
+    dropped = cleaned_listing(cfg, tmp_path, manifest, names, suspects, acted("drop"), out)
     assert dropped["dropped"] == 2 and dropped["written"] == 22
     images, labels, classes, _, split = load_folder_dataset({"root": "", "csv": "lists/cleaned.csv",
                                                              "image_size": 8, "channels": 3}, tmp_path)
     assert len(images) == 22 and (split == "test").sum() == 12 and classes == [f"class{c}" for c in range(6)]
     assert sorted(images[:, 0, 0, 0][labels == 0].tolist()) == [0, 2, 3]  # class0's image 1 dropped
-    relabelled = cleaned_listing(cfg, tmp_path, manifest, names, suspects, "relabel", 2, out)
+    relabelled = cleaned_listing(cfg, tmp_path, manifest, names, suspects, acted("relabel"), out)
     assert relabelled["dropped"] == 1 and relabelled["relabelled"] == 1
     images, labels, classes, _, split = load_folder_dataset({"root": "", "csv": "lists/cleaned.csv",
                                                              "image_size": 8, "channels": 3}, tmp_path)
     assert sorted(images[:, 0, 0, 0][labels == 2].tolist()) == [11, 20, 21, 22, 23]  # class1's image 1 -> class2
     with pytest.raises(ValueError, match="min_agree 3: allowed 1..2"):
-        cleaned_listing(cfg, tmp_path, manifest, names, suspects, "drop", 3, out)
+        acted("drop", 3)
+
+
+def test_the_script_cleans_by_the_consensus_of_several_seeds_and_refuses_past_the_bound(tmp_path, capsys):
+    """scripts/label_audit.py on two seeds' runs of a folder dataset: one listing from their consensus, as many rows
+    acted on as the estimate, the retrain's settings printed; past --max-share it refuses and writes nothing."""
+    import yaml
+    from PIL import Image
+
+    from conftest import load_script
+    from noisydml.data.registry import prepare_dataset
+    from noisydml.pipeline.check import validate_all
+
+    classes, per_class = 12, 10
+    for c in range(classes):
+        for i in range(per_class):
+            path = tmp_path / "imgs" / f"class{c:02d}" / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full((6, 6, 3), 20 * c + i, np.uint8)).save(path)
+    raw = yaml.safe_load(open("params.yaml"))
+    raw["datasets"]["mine"] = {"kind": "folder", "root": "imgs", "image_size": 8, "channels": 3}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    cfg = validate_all(raw)["datasets"]["mine"]
+    prepare_dataset("mine", cfg, tmp_path / "data" / "prepared" / "mine", base_dir=tmp_path)
+    train_ids = np.arange(classes // 2 * per_class)  # the first half of the classes train
+    true = train_ids // per_class
+    given = true.copy()
+    given[::5] = (true[::5] + 1) % (classes // 2)  # every fifth row wrong: 20 %
+    _noise_tables(tmp_path, labels=pd.DataFrame({"sample_id": train_ids, "label": given, "true_label": true,
+                                                 "is_noisy": (given != true).astype(int)}),
+                  per_class=pd.DataFrame({"true_label": range(classes // 2), "label": range(classes // 2),
+                                          "class_name": [f"class{c:02d}" for c in range(classes // 2)]}))
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 1, (classes // 2, 16)) * 4
+    runs = []
+    for seed in (0, 1):
+        run = tmp_path / "runs" / "mine" / "clean" / "ms" / f"seed{seed}"
+        run.mkdir(parents=True)
+        emb = centres[true] + rng.normal(0, 1, (len(true), 16))
+        np.savez(run / "train_embeddings.npz", sample_ids=train_ids, labels=given, embeddings=emb.astype(np.float32))
+        runs.append(str(run))
+    script = load_script("label_audit")
+    out = tmp_path / "mine-cleaned.csv"
+    script.main([*runs, "--clean-csv", str(out)])
+    printed = capsys.readouterr().out
+    listing = pd.read_csv(out)
+    dropped = set(f"imgs/class{c:02d}/{i}.png" for c in range(classes // 2) for i in range(per_class)) - set(
+        listing.loc[listing["split"] == "train", "path"])
+    wrong = {f"imgs/class{true[r]:02d}/{r % per_class}.png" for r in train_ids[::5]}
+    assert "retrain: at most" in printed and "train.epochs" in printed
+    assert abs(len(dropped) - len(wrong)) <= 2 and len(dropped & wrong) >= 0.9 * len(wrong)
+    out.unlink()
+    with pytest.raises(SystemExit, match="not written: it would act on .* above max_share 10%"):
+        script.main([*runs, "--clean-csv", str(out), "--max-share", "0.1"])
+    assert not out.exists()
 
 
 def test_the_precision_recall_curve_is_interpolated_by_hand():
@@ -361,7 +436,7 @@ def test_the_contact_sheet_renders_in_a_headless_browser(tmp_path):
             pytest.fail("no chromium on PATH, and NOISYDML_REQUIRE_BROWSER=1 (apt-get install chromium)")
         pytest.skip("no chromium on PATH (.ci/run installs it)")
     emb, given, true, ids = clusters(classes=4, per_class=15)
-    audits = {"knn": detectors.knn_disagreement(emb, given, ids)}
+    audits = {"knn_disagreement": detectors.knn_disagreement(emb, given, ids)}
     # saturated red thumbnails: a colour no text or border of the page has
     images = np.zeros((len(ids), 8, 8, 3), np.uint8)
     images[..., 0] = 255
@@ -375,6 +450,94 @@ def test_the_contact_sheet_renders_in_a_headless_browser(tmp_path):
     red = (pixels[..., 0] > 200) & (pixels[..., 1] < 60) & (pixels[..., 2] < 60)
     # 5 rows x (1 + up to 3 + 3) thumbnails of 64 x 64 px each, at least the first rows' in the window
     assert red.sum() > 10 * 64 * 64
+
+
+def test_the_sheet_names_each_suspect_by_its_file_and_class_in_a_browser_and_lists_conflicting_duplicates(tmp_path):
+    """A dataset stored as files: Chromium's rendered page (--dump-dom) shows each suspect's file path and its
+    given and suggested class names, and the near-duplicates with conflicting labels; suspects.csv and
+    conflicts.csv carry the same paths and names."""
+    import html
+    import os
+    import subprocess
+
+    from PIL import Image
+
+    from noisydml.audit.sheet import rank_suspects, write_sheet
+
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("NOISYDML_REQUIRE_BROWSER") == "1":
+            pytest.fail("no chromium on PATH, and NOISYDML_REQUIRE_BROWSER=1 (apt-get install chromium)")
+        pytest.skip("no chromium on PATH (.ci/run installs it)")
+    emb, given, true, ids = clusters(classes=4, per_class=15)
+    names = ["red kite", "barn owl", "wren", "jay"]
+    paths = []
+    for sample, label in zip(ids, true):
+        path = tmp_path / "photos" / names[label].replace(" ", "_") / f"img_{sample:03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((8, 8, 3), 40 * int(label), np.uint8)).save(path)
+        paths.append(path)
+    path_of = dict(zip(ids.tolist(), paths))
+    audits = {"knn_disagreement": detectors.knn_disagreement(emb, given, ids)}
+    suspects = rank_suspects(audits)
+    conflicts = [(int(ids[0]), int(ids[20]), int(given[0]), int(given[20]))]
+    page = write_sheet(suspects, paths, ids, given, names, tmp_path / "sheet", top_n=5, conflicts=conflicts)
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    top = suspects.head(5)
+    for sample, label in zip(top["sample_id"], top["given_label"]):
+        assert html.escape(str(path_of[sample])) in dom and names[label] in dom
+    assert "Near-duplicates with conflicting labels (1)" in dom and html.escape(str(paths[20])) in dom
+    table = pd.read_csv(page.parent / "suspects.csv")
+    assert table["path"].tolist() == [str(path_of[s]) for s in suspects["sample_id"]]
+    assert table["given_class"].tolist() == [names[k] for k in suspects["given_label"]]
+    pairs = pd.read_csv(page.parent / "conflicts.csv")
+    assert pairs[["path", "other_path"]].values.tolist() == [[str(paths[0]), str(paths[20])]]
+
+
+def test_ties_are_broken_by_row_index_whatever_the_search_order(monkeypatch):
+    """Rows tied at the k-th similarity are chosen by index, not by the search's order; the batched confident
+    learning flags, among rows of equal quality, the lowest indices first."""
+    import noisydml.neighbours as neighbours
+
+    emb = np.array([[1, 0], [1, 0], [1, 0], [1, 0], [0, 1]], np.float32)
+    real = neighbours.knn
+
+    def reversed_ties(x, k, gallery=None, use_gpu=False):  # a search that returns tied rows in reverse order
+        sims, idx = real(x, k, gallery, use_gpu)
+        order = np.lexsort((-idx, -sims), axis=-1)
+        return np.take_along_axis(sims, order, 1), np.take_along_axis(idx, order, 1)
+
+    monkeypatch.setattr(neighbours, "knn", reversed_ties)
+    assert detectors.nearest(emb, 2).tolist()[:4] == [[1, 2], [0, 2], [0, 1], [0, 1]]
+    assert detectors.lowest(np.array([0.5, 0.1, 0.1, 0.1, 0.9]), 2).tolist() == [1, 2]
+
+
+def test_a_cleaning_follows_the_estimate_and_refuses_beyond_its_bound_or_when_detectors_disagree():
+    """rule estimate acts on round(rate x N) rows, most suspected first; above max_share, or with two detectors'
+    top sets overlapping less than min_overlap, it refuses naming the figure, unless forced; relabel uses a
+    suggestion only where two detectors make it."""
+    from noisydml.audit.clean import CleaningRefused, plan
+    from noisydml.audit.sheet import rank_suspects
+
+    ids = np.arange(10)
+    given = np.zeros(10, np.int64)
+    score = np.linspace(1, 0, 10)
+
+    def frame(s, suggested):
+        return detectors._frame(ids, given, s, s > 0.5, suggested)
+
+    same = {"datalab": frame(score, np.where(ids < 2, 1, -1)),
+            "knn_disagreement": frame(score, np.where(ids < 1, 1, -1))}
+    acted, facts = plan(rank_suspects(same), same, 0.2, "relabel")
+    assert acted["sample_id"].tolist() == [0, 1] and acted["new_label"].tolist() == [1, -1]
+    assert facts["acted_share"] == 0.2 and facts["overlaps"] == {"datalab~knn_disagreement": 1.0}
+    with pytest.raises(CleaningRefused, match="act on 40.0% of the training rows, above max_share 30%"):
+        plan(rank_suspects(same), same, 0.4)
+    assert len(plan(rank_suspects(same), same, 0.4, force=True)[0]) == 4
+    apart = {"datalab": frame(score, np.full(10, -1)), "knn_disagreement": frame(score[::-1].copy(), np.full(10, -1))}
+    with pytest.raises(CleaningRefused, match="overlap datalab~knn_disagreement 0.00, below min_overlap 0.50"):
+        plan(rank_suspects(apart), apart, 0.2)
 
 
 def test_knn_confident_learning_in_batches_is_the_one_batch_result_and_never_dense(monkeypatch):

@@ -10,8 +10,8 @@ wrong), ``flagged`` (the detector's own decision at its own threshold; empty whe
 AUDIT_COLUMNS = ("sample_id", "given_label", "score", "flagged", "suggested_label")
 #: The detectors that need no method, in the order the tables list them: the default set, and every one
 #: (``knn_confident_learning``, ``centroid_confident_learning``: confident learning at a benchmark's scale, batched,
-#: :mod:`.detectors`). Named here, apart from the code that runs them, so that what names them (the study's params
+#: :mod:`.detectors`; ``open_set``: distance to the nearest class, for images of no training class). Named here, apart from the code that runs them, so that what names them (the study's params
 #: check) does not depend on that code.
 DETECTORS = ("datalab", "confident_learning", "knn_confident_learning", "centroid_confident_learning",
-             "knn_disagreement")
-DEFAULT_DETECTORS = ("datalab", "confident_learning", "knn_disagreement")
+             "knn_disagreement", "open_set")
+DEFAULT_DETECTORS = ("datalab", "confident_learning", "centroid_confident_learning", "knn_disagreement")

@@ -6,7 +6,7 @@
   default, then confident learning): the field's reference;
 - :func:`cross_fitted_probabilities` + :func:`confident_learning`: a linear probe trained on k-1 folds of the rows
   scores the k-th (out of sample: an embedding trained on the noisy labels memorises part of them, so an in-sample
-  classifier over-trusts them), then cleanlab's ``find_label_issues`` and its normalised-margin rank;
+  classifier over-trusts them), then cleanlab's ``find_label_issues`` and its self-confidence rank;
 - :func:`knn_confident_learning` and :func:`centroid_confident_learning`: confident learning at a benchmark's
   scale (cleanlab's batched ``LabelInspector``, never an N x classes matrix), on a kNN vote and on a cross-fitted
   nearest-class-mean probe;
@@ -23,7 +23,7 @@ import functools
 import numpy as np
 import pandas as pd
 
-from noisydml.audit import AUDIT_COLUMNS
+from noisydml.audit import AUDIT_COLUMNS, estimate
 
 
 #: cleanlab's ``find_label_issues`` forks a ``multiprocessing.Pool`` of one process per core by default: forked from a
@@ -81,10 +81,7 @@ def knn_disagreement(embeddings: np.ndarray, given: np.ndarray, sample_id: np.nd
                      ) -> pd.DataFrame:
     """The share of a row's ``k`` nearest neighbours (cosine, itself excluded) whose label differs from its own;
     flagged above 1/2, suggesting the neighbours' most common label."""
-    from noisydml.neighbours import knn
-
-    _, idx = knn(_unit(embeddings), k)
-    neighbour_labels = given[idx]
+    neighbour_labels = given[nearest(embeddings, k)]
     score = (neighbour_labels != given[:, None]).mean(1)
     majority = np.array([np.bincount(row).argmax() for row in neighbour_labels])
     flagged = score > 0.5
@@ -102,13 +99,31 @@ def datalab(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, k:
     lab = Datalab(data={"label": np.asarray(given)}, label_name="label", verbosity=0)
     lab.find_issues(features=np.ascontiguousarray(_unit(embeddings), dtype=np.float32),
                     issue_types={"label": {"k": k, "clean_learning_kwargs": {
-                        "find_label_issues_kwargs": {"n_jobs": SINGLE_PROCESS}}}})
+                        "find_label_issues_kwargs": {"n_jobs": SINGLE_PROCESS}}},
+                                 "near_duplicate": {"k": k}})
     issues = lab.get_issues("label")
     flagged = issues["is_label_issue"].to_numpy(bool)
     predicted = issues["predicted_label"].to_numpy(np.int64)
-    return _frame(sample_id, given, 1 - issues["label_score"].to_numpy(np.float64), flagged,
-                  np.where(flagged & (predicted != given), predicted, -1))
+    frame = _frame(sample_id, given, 1 - issues["label_score"].to_numpy(np.float64), flagged,
+                   np.where(flagged & (predicted != given), predicted, -1))
+    frame.attrs["conflicts"] = conflicting_duplicates(lab.get_issues("near_duplicate")["near_duplicate_sets"],
+                                                      given, sample_id)
+    return frame
 
+
+def conflicting_duplicates(sets, given: np.ndarray, sample_id: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Pairs of near-duplicates (cleanlab's ``near_duplicate_sets``: per row, the rows closer than its threshold,
+    0.13 x the median distance to a nearest neighbour) whose labels differ, once each, as ``(sample_id, other_id,
+    given_label, other_label)`` of plain ints (kept in a frame's ``attrs``, which pandas compares). One of the two
+    labels is wrong, or the two classes overlap."""
+    return [(int(sample_id[i]), int(sample_id[j]), int(given[i]), int(given[j]))
+            for i, members in enumerate(sets) for j in map(int, members) if i < j and given[i] != given[j]]
+
+
+#: cleanlab's label-quality score the confident-learning detectors rank by (ours, of cleanlab's three, measured on
+#: the same probe by ``scripts/audit_calibration.py``: ``self_confidence``, the probe's probability of the given
+#: label, ranks the wrong labels above ``normalized_margin`` at every noise kind and rate there; docs/label-audit.md).
+RANKING = "self_confidence"
 
 #: Ours: the probability every class not among a row's neighbours keeps in :func:`knn_confident_learning` (cleanlab
 #: needs every class above zero), and the memory one batch of its dense probabilities may take.
@@ -131,12 +146,9 @@ def knn_confident_learning(embeddings: np.ndarray, given: np.ndarray, sample_id:
     neighbours by cosine, the row itself excluded: :func:`knn_probabilities`) in batches of at most ``batch_bytes``
     through :func:`batched_confident_learning`. Never an N x classes matrix: memory is the embeddings, the N x k
     neighbours and one batch."""
-    from noisydml.neighbours import knn
-
     given = np.asarray(given, np.int64)
     classes = int(given.max()) + 1
-    _, idx = knn(_unit(embeddings), k)
-    neighbour_labels = given[idx]
+    neighbour_labels = given[nearest(embeddings, k)]
     step = max(1, batch_bytes // (4 * classes))
     batches = [np.arange(i, min(i + step, len(given))) for i in range(0, len(given), step)]
     return batched_confident_learning(given, sample_id, batches,
@@ -147,24 +159,28 @@ def batched_confident_learning(given: np.ndarray, sample_id: np.ndarray, batches
                                probabilities) -> pd.DataFrame:
     """cleanlab's low-memory ``LabelInspector`` over out-of-sample probabilities made batch by batch
     (``probabilities(rows)`` -> ``(len(rows), classes)``; ``batches``: row indices covering every row once): one
-    pass for the per-class confident thresholds, one for the normalised-margin label quality and the issues.
+    pass for the per-class confident thresholds, one for the label quality (:data:`RANKING`) and the issues: as
+    many as cleanlab counts, the lowest qualities.
     Score = 1 - quality; flagged = its issues; suggested = the top class of a flagged row;
-    ``attrs['estimated_noise_rate']`` = cleanlab's count of issues / N."""
+    ``attrs['estimated_noise_rate']``: :func:`noisydml.audit.estimate.from_probability_of_label`."""
     from cleanlab.experimental.label_issues_batched import LabelInspector
 
     inspector = LabelInspector(num_class=int(given.max()) + 1, verbose=False, store_results=True,
-                               quality_score_kwargs={"method": "normalized_margin"})
+                               quality_score_kwargs={"method": RANKING})
     for rows in batches:
         inspector.update_confident_thresholds(given[rows], probabilities(rows))
-    quality, top = np.empty(len(given)), np.empty(len(given), np.int64)
+    quality, top, p_given = np.empty(len(given)), np.empty(len(given), np.int64), np.empty(len(given))
     for rows in batches:
         probs = probabilities(rows)
         quality[rows] = inspector.score_label_quality(given[rows], probs)
         top[rows] = probs.argmax(1)
+        p_given[rows] = probs[np.arange(len(rows)), given[rows]]
+    # cleanlab's own ``get_label_issues`` takes the lowest qualities by an unstable argsort, whose order among equal
+    # qualities (a kNN vote gives many) follows the CPU's numpy build: the same count, ties broken by row instead
     flagged = np.zeros(len(given), bool)
-    flagged[np.concatenate(batches)[inspector.get_label_issues()]] = True  # its indices follow the batches' order
+    flagged[lowest(quality, inspector.get_num_issues(silent=True))] = True
     frame = _frame(sample_id, given, 1 - quality, flagged, np.where(flagged & (top != given), top, -1))
-    frame.attrs["estimated_noise_rate"] = inspector.get_num_issues(silent=True) / len(given)
+    frame.attrs["estimated_noise_rate"] = estimate.from_probability_of_label(p_given)
     return frame
 
 
@@ -242,6 +258,36 @@ def centroid_confident_learning(embeddings: np.ndarray, given: np.ndarray, sampl
     return batched_confident_learning(given, sample_id, batches, probabilities)
 
 
+def open_set(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, folds: int = 5, seed: int = 0
+             ) -> pd.DataFrame:
+    """A detector built for open-set noise (an image of no training class filed under one, as small-cluster noise
+    and web noise make): score = 1 - the row's cosine similarity to the nearest training class's mean direction,
+    the means cross-fitted as :func:`centroid_confident_learning`'s (the other folds' rows), so a row far from
+    every class scores high whatever its label. Ranks only: no flags, no suggestion (there is no right class to
+    suggest). Memory: the embeddings and two classes x dim matrices, one fold's similarities at a time."""
+    x = _unit(embeddings)
+    given = np.asarray(given, np.int64)
+    classes = int(given.max()) + 1
+    fold = class_folds(given, folds, seed)
+    sums = np.zeros((classes, x.shape[1]), np.float64)
+    np.add.at(sums, given, x)
+    counts = np.bincount(given, minlength=classes)
+    nearest_class = np.empty(len(given))
+    for f in range(folds):
+        mine = np.flatnonzero(fold == f)
+        held = np.zeros_like(sums)
+        np.add.at(held, given[mine], x[mine])
+        means = sums - held
+        present = (counts - np.bincount(given[mine], minlength=classes)) > 0
+        means = (means / np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        for start in range(0, len(mine), 4096):
+            rows = mine[start:start + 4096]
+            sims = x[rows] @ means.T
+            sims[:, ~present] = -np.inf
+            nearest_class[rows] = sims.max(1)
+    return _frame(sample_id, given, 1 - nearest_class)
+
+
 def cross_fitted_probabilities(embeddings: np.ndarray, given: np.ndarray, folds: int = 5, seed: int = 0,
                                max_iter: int = 200) -> np.ndarray:
     """Out-of-sample class probabilities ``(N, C)`` float32, C = the labels present: for each of ``folds``
@@ -265,23 +311,41 @@ def cross_fitted_probabilities(embeddings: np.ndarray, given: np.ndarray, folds:
 
 
 def confident_learning(probs: np.ndarray, given: np.ndarray, sample_id: np.ndarray) -> pd.DataFrame:
-    """cleanlab's ``find_label_issues`` on out-of-sample probabilities (flags) and its normalised-margin label
-    quality (score = 1 - quality); suggested = the most probable other class of a flagged row."""
+    """cleanlab's ``find_label_issues`` on out-of-sample probabilities (flags) and its label quality by
+    :data:`RANKING` (score = 1 - quality); suggested = the most probable other class of a flagged row."""
     from cleanlab.filter import find_label_issues
     from cleanlab.rank import get_label_quality_scores
 
     flagged = find_label_issues(given, probs, filter_by="prune_by_noise_rate", n_jobs=SINGLE_PROCESS)
-    quality = get_label_quality_scores(given, probs, method="normalized_margin")
+    quality = get_label_quality_scores(given, probs, method=RANKING)
     predicted = probs.argmax(1)
     return _frame(sample_id, given, 1 - quality, flagged, np.where(flagged & (predicted != given), predicted, -1))
 
 
 def estimated_noise_rate(probs: np.ndarray, given: np.ndarray) -> float:
-    """cleanlab's estimate of how many labels are wrong (``num_label_issues`` / N): the rate a method that must be
-    told one (PRISM, SGPS) can be given when the truth is unknown."""
-    from cleanlab.count import num_label_issues
+    """The audit's estimate of the share of wrong labels (:data:`noisydml.audit.estimate.DEFAULT`): the rate a
+    method that must be told one (PRISM, SGPS) can be given when the truth is unknown."""
+    return estimate.from_probability_of_label(probs[np.arange(len(given)), given])
 
-    return float(num_label_issues(given, probs)) / len(given)
+
+#: Ours: neighbours searched beyond the k used, so that rows tied at the k-th similarity are chosen by their index
+#: rather than by the search's internal order (which differs between CPUs' SIMD paths).
+TIE_MARGIN = 8
+
+
+def nearest(embeddings: np.ndarray, k: int) -> np.ndarray:
+    """``(N, k)`` indices of each row's ``k`` nearest neighbours by cosine, itself excluded, most similar first and
+    equal similarities in the order of their row index (deterministic across hosts given the same similarities)."""
+    from noisydml.neighbours import knn
+
+    sims, idx = knn(_unit(embeddings), k + TIE_MARGIN)
+    order = np.lexsort((idx, -sims), axis=-1)
+    return np.take_along_axis(idx, order, axis=1)[:, :k]
+
+
+def lowest(values: np.ndarray, count: int) -> np.ndarray:
+    """The indices of the ``count`` smallest ``values``, smallest first, equal values by index."""
+    return np.lexsort((np.arange(len(values)), values))[:count]
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

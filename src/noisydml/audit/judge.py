@@ -1,7 +1,7 @@
 """How well a detector finds the wrong labels, against the truth (the corrupt stage's, or a dataset's own).
 
 Per detector: AUROC and AUPRC of its score (AUPRC's chance level = the noise rate), precision / recall / F1 of its
-own flags, precision at k = the true number of wrong labels (the share of its top k that are wrong), and the noise
+own flags and AQuA's weighted F1 of them, precision at k = the true number of wrong labels (the share of its top k that are wrong), and the noise
 rate it implies (its flagged share). Differences between two detectors on the same rows come with a paired
 bootstrap over the rows (:func:`paired_bootstrap`).
 """
@@ -32,8 +32,19 @@ def judge(scores: pd.DataFrame, is_noisy: np.ndarray) -> dict[str, float]:
         recall = tp / k if k else float("nan")
         f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
         out.update(flag_precision=float(precision), flag_recall=float(recall), flag_f1=float(f1),
-                   flagged_share=float(flagged.mean()))
+                   flagged_share=float(flagged.mean()), weighted_f1=weighted_f1(noisy, flagged))
     return out
+
+
+def weighted_f1(is_noisy: np.ndarray, flagged: np.ndarray) -> float:
+    """AQuA's figure (Goswami et al., NeurIPS Datasets & Benchmarks 2023; its ``metrics.py``): the F1 of the flags
+    as a two-class prediction (wrong / right label), each class's F1 weighted by its number of rows (scikit-learn's
+    ``average='weighted'``). Unlike ``flag_f1`` (the wrong class alone) it credits the rows rightly left alone, so
+    on data mostly clean it is high for a detector that flags nothing."""
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(np.asarray(is_noisy, bool), np.asarray(flagged, bool), average="weighted",
+                          zero_division=0))
 
 
 def paired_bootstrap(score_a: np.ndarray, score_b: np.ndarray, is_noisy: np.ndarray, metric: str = "auroc",

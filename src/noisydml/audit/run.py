@@ -17,8 +17,8 @@ import pandas as pd
 from noisydml.audit import DEFAULT_DETECTORS, DETECTORS, detectors
 from noisydml.audit.judge import judge
 
-#: Where the noise-rate estimate comes from, in order of preference.
-ESTIMATORS = ("confident_learning", "centroid_confident_learning", "knn_confident_learning")
+#: Where the noise-rate estimate comes from (their probes' probabilities), in order of preference.
+ESTIMATED_BY = ("confident_learning", "centroid_confident_learning", "knn_confident_learning")
 
 
 def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0,
@@ -40,6 +40,9 @@ def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0,
         frame["given_label"] = classes[frame["given_label"].to_numpy()]
         s = frame["suggested_label"].to_numpy()
         frame["suggested_label"] = np.where(s >= 0, classes[np.maximum(s, 0)], -1)
+        if "conflicts" in frame.attrs:
+            frame.attrs["conflicts"] = [(a, b, int(classes[la]), int(classes[lb]))
+                                        for a, b, la, lb in frame.attrs["conflicts"]]
         return frame
 
     out: dict[str, pd.DataFrame] = {}
@@ -69,16 +72,18 @@ def audit_run(run_dir: str | Path, k: int = 10, folds: int = 5, seed: int = 0,
                "knn_confident_learning": lambda: back(detectors.knn_confident_learning(emb, dense, sample_id, k)),
                "centroid_confident_learning": lambda: back(detectors.centroid_confident_learning(
                    emb, dense, sample_id, folds, seed, temperature)),
-               "knn_disagreement": lambda: back(detectors.knn_disagreement(emb, dense, sample_id, k))}
+               "knn_disagreement": lambda: back(detectors.knn_disagreement(emb, dense, sample_id, k)),
+               "open_set": lambda: back(detectors.open_set(emb, dense, sample_id, folds, seed))}
     for name in detectors_used:
         timed(name, runners[name])
     return out
 
 
 def estimated_rate(audits: dict[str, pd.DataFrame]) -> float:
-    """cleanlab's estimate of the noise rate from the audit's confident-learning detector (:data:`ESTIMATORS`, the
+    """The audit's estimate of the noise rate (:func:`noisydml.audit.estimate.from_probability_of_label`) from the
+    probabilities of its confident-learning detector (:data:`ESTIMATED_BY`, the
     first audited); NaN when neither ran."""
-    return next((float(audits[name].attrs["estimated_noise_rate"]) for name in ESTIMATORS if name in audits),
+    return next((float(audits[name].attrs["estimated_noise_rate"]) for name in ESTIMATED_BY if name in audits),
                 float("nan"))
 
 

@@ -91,11 +91,13 @@ def audit_setting(params: dict, dataset: str, noise: str, section: dict, layout:
             every.update({f"{tag}/{name}": frame for name, frame in audits.items()})
             truth = truth_of(folder)
             rate = estimated_rate(audits)
-            true_rate = truth.dropna().astype(float).mean()  # NaN where no row's truth is known
-            print(f"[{i}/{len(runs)}] {folder}: cleanlab's noise-rate estimate {rate:.3f}, true {true_rate:.3f}"
-                  f" (of the {int(truth.notna().sum())} rows whose truth is known)", flush=True)
             if not known_noise(truth):  # nothing known to be wrong: nothing to judge
+                print(f"[{i}/{len(runs)}] {folder}: estimated noise rate {rate:.3f}; no label is known to be wrong "
+                      "(a clean setting, or data whose truth nobody recorded): nothing judged", flush=True)
                 continue
+            print(f"[{i}/{len(runs)}] {folder}: estimated noise rate {rate:.3f}, true "
+                  f"{truth.dropna().astype(float).mean():.3f} (of the {int(truth.notna().sum())} rows whose truth is "
+                  "known)", flush=True)
             table, run_curves, run_differences = judged_run(audits, truth, {"method": method, "seed": seed},
                                                             section["bootstrap_samples"], seed)
             judged.append(table)
@@ -140,8 +142,9 @@ def contact_sheet(run: Path, prepared: PreparedDataset, audits: dict, folder: Pa
     (:func:`~noisydml.audit.run.training_class_names`); returns the page."""
     rows = np.load(run / TRAIN_EMBEDDINGS)
     ids = rows["sample_ids"]
+    conflicts = sorted({pair for frame in audits.values() for pair in frame.attrs.get("conflicts", ())})
     return write_sheet(rank_suspects(audits), training_images(prepared, ids), ids, rows["labels"],
-                       training_class_names(run).tolist(), folder, top, title=title)
+                       training_class_names(run).tolist(), folder, top, title=title, conflicts=conflicts)
 
 
 def audit(params: dict, dataset: str, noise: str, layout: Layout = Layout()) -> Path:

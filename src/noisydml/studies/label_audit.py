@@ -26,7 +26,8 @@ KEYS = {"datasets": list, "methods": list, "detectors": list, "k": int, "folds":
 LOWEST = {"k": 1, "folds": 2, "top": 1, "bootstrap_samples": 100}
 KIND_NAMES = {int: "n integer", float: " number", list: " list"}
 #: The judged figures the report shows, as it names them.
-SHOWN = {"auroc": "AUROC", "auprc": "AUPRC", "precision_at_k": "P@k", "flag_f1": "flag F1"}
+SHOWN = {"auroc": "AUROC", "auprc": "AUPRC", "precision_at_k": "P@k", "flag_f1": "flag F1",
+         "weighted_f1": "weighted F1 (AQuA)"}
 
 
 def check_section(section: Any, params: dict[str, Any]) -> dict[str, Any]:
