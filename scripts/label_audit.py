@@ -73,8 +73,9 @@ def clean_listing(run: Path, located: tuple[Path, str, PreparedDataset], audits:
               f"{' ...' if len(done['emptied']) > 10 else ''}")
     kept = done["training_rows_written"]
     residual = max(rate * done["training_rows"] - len(acted), 0) / max(kept, 1)
-    print(f"retrain: at most {residual:.1%} of the kept rows are estimated wrong (if every acted row was wrong); a "
-          f"method told a noise rate takes that (e.g. -S methods.prism.noise_rate={residual:.2f}), and "
+    print(f"retrain: at least {residual:.1%} of the kept rows are still estimated wrong (the estimate less the rows "
+          f"acted on; more where some of those were right); a method told a noise rate takes at least that (e.g. "
+          f"-S methods.prism.noise_rate={residual:.2f}), and "
           f"{done['training_rows'] / max(kept, 1):.2f} x train.epochs keeps the steps of the audited run")
     return done
 

@@ -382,7 +382,7 @@ def test_the_script_cleans_by_the_consensus_of_several_seeds_and_refuses_past_th
     dropped = set(f"imgs/class{c:02d}/{i}.png" for c in range(classes // 2) for i in range(per_class)) - set(
         listing.loc[listing["split"] == "train", "path"])
     wrong = {f"imgs/class{true[r]:02d}/{r % per_class}.png" for r in train_ids[::5]}
-    assert "retrain: at most" in printed and "train.epochs" in printed
+    assert "retrain: at least" in printed and "train.epochs" in printed
     assert abs(len(dropped) - len(wrong)) <= 2 and len(dropped & wrong) >= 0.9 * len(wrong)
     out.unlink()
     with pytest.raises(SystemExit, match="not written: it would act on .* above max_share 10%"):
