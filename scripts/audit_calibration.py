@@ -68,7 +68,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
             half = stats.t.ppf(0.975, len(error) - 1) * error.std(ddof=1) / np.sqrt(len(error)) if len(error) > 1 \
                 else np.nan
             rows.append({"estimator": name, "noise": kind, "runs": len(error), "mean_error": error.mean(),
-                         "low": error.mean() - half, "high": error.mean() + half, "mean_abs_error": np.abs(error).mean()})
+                         "low": error.mean() - half, "high": error.mean() + half,
+                         "mean_abs_error": np.abs(error).mean()})
     return pd.DataFrame(rows)
 
 

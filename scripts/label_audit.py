@@ -133,9 +133,8 @@ def main(argv: list[str]) -> None:
             print(f"\n{run}: true noise rate {table['noise_rate'].iloc[0]:.3f}, estimated {rate:.3f}")
             print(table.drop(columns=["run", "rows", "noise_rate"]).to_string(index=False, float_format="%.3f"))
             tables.append(table)
-        located = prepared_of(run) if args.sheet or args.clean_csv else None
         if args.sheet:
-            page = contact_sheet(run, located[2], audits, args.sheet / "-".join(run.resolve().parts[-4:]),
+            page = contact_sheet(run, prepared_of(run)[2], audits, args.sheet / "-".join(run.resolve().parts[-4:]),
                                  args.top, f"Suspected labels: {'/'.join(run.parts[-4:])}")
             print(f"contact sheet: {page}")
         if args.per_sample:

@@ -413,17 +413,24 @@ def test_the_sheet_refuses_a_row_that_is_not_a_training_row():
         training_images(Prepared(), np.array([1, 2]))
 
 
-def _browser() -> str | None:
+def _browser() -> str:
+    """Chromium's path; skips the test without one, or fails it where .ci/run requires one
+    (NOISYDML_REQUIRE_BROWSER=1)."""
+    import os
     import shutil
 
-    return next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
+    browser = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
+    if browser is None:
+        if os.environ.get("NOISYDML_REQUIRE_BROWSER") == "1":
+            pytest.fail("no chromium on PATH, and NOISYDML_REQUIRE_BROWSER=1 (apt-get install chromium)")
+        pytest.skip("no chromium on PATH (.ci/run installs it)")
+    return browser
 
 
 def test_the_contact_sheet_renders_in_a_headless_browser(tmp_path):
     """Debian's Chromium opens the sheet from the file system and takes a screenshot: the thumbnails load (the
     screenshot holds their pixels, not only text on white). .ci/run installs Chromium and sets
     NOISYDML_REQUIRE_BROWSER=1, so there it fails instead of skipping."""
-    import os
     import subprocess
 
     from PIL import Image
@@ -431,10 +438,6 @@ def test_the_contact_sheet_renders_in_a_headless_browser(tmp_path):
     from noisydml.audit.sheet import rank_suspects, write_sheet
 
     browser = _browser()
-    if browser is None:
-        if os.environ.get("NOISYDML_REQUIRE_BROWSER") == "1":
-            pytest.fail("no chromium on PATH, and NOISYDML_REQUIRE_BROWSER=1 (apt-get install chromium)")
-        pytest.skip("no chromium on PATH (.ci/run installs it)")
     emb, given, true, ids = clusters(classes=4, per_class=15)
     audits = {"knn_disagreement": detectors.knn_disagreement(emb, given, ids)}
     # saturated red thumbnails: a colour no text or border of the page has
@@ -457,7 +460,6 @@ def test_the_sheet_names_each_suspect_by_its_file_and_class_in_a_browser_and_lis
     given and suggested class names, and the near-duplicates with conflicting labels; suspects.csv and
     conflicts.csv carry the same paths and names."""
     import html
-    import os
     import subprocess
 
     from PIL import Image
@@ -465,10 +467,6 @@ def test_the_sheet_names_each_suspect_by_its_file_and_class_in_a_browser_and_lis
     from noisydml.audit.sheet import rank_suspects, write_sheet
 
     browser = _browser()
-    if browser is None:
-        if os.environ.get("NOISYDML_REQUIRE_BROWSER") == "1":
-            pytest.fail("no chromium on PATH, and NOISYDML_REQUIRE_BROWSER=1 (apt-get install chromium)")
-        pytest.skip("no chromium on PATH (.ci/run installs it)")
     emb, given, true, ids = clusters(classes=4, per_class=15)
     names = ["red kite", "barn owl", "wren", "jay"]
     paths = []

@@ -143,7 +143,8 @@ def cleaned_listing(cfg: dict, base_dir: str | Path, manifest: pd.DataFrame, tra
     counts = table[table["split"] == "train"].groupby("label").size()
     lonely = table.index[(table["split"] == "train") & table["label"].isin(counts[counts < 2].index)]
     table = table.drop(index=lonely)
-    emptied = sorted(set(training_names.loc[trained.to_numpy()].astype(str)) - set(table.loc[table["split"] == "train", "label"]))
+    left = set(table.loc[table["split"] == "train", "label"])
+    emptied = sorted(set(training_names.loc[trained.to_numpy()].astype(str)) - left)
     io.write_with(out_csv, lambda path: table.to_csv(path, index=False))
     return {"rows": int(len(items)), "training_rows": int(len(trained)), "dropped": int(len(dropped)),
             "relabelled": int(len(relabelled)), "dropped_single_left": int(len(lonely)), "written": int(len(table)),

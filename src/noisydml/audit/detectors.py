@@ -83,7 +83,7 @@ def knn_disagreement(embeddings: np.ndarray, given: np.ndarray, sample_id: np.nd
     flagged above 1/2, suggesting the neighbours' most common label."""
     neighbour_labels = given[nearest(embeddings, k)]
     score = (neighbour_labels != given[:, None]).mean(1)
-    majority = np.array([np.bincount(row).argmax() for row in neighbour_labels])
+    majority = majority_label(neighbour_labels)
     flagged = score > 0.5
     return _frame(sample_id, given, score, flagged, np.where(flagged & (majority != given), majority, -1))
 
@@ -215,6 +215,27 @@ def class_folds(given: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
     return fold
 
 
+def cross_fitted_class_means(x: np.ndarray, given: np.ndarray, folds: int, seed: int = 0):
+    """``(fold, means_of)``: each row's fold (:func:`class_folds`) and ``means_of(f)`` -> fold ``f``'s probe, the
+    other folds' unit class mean directions ``(classes, dim)`` float32 and which classes they hold. ``x``: unit
+    rows. Memory: two classes x dim matrices, whatever N."""
+    classes = int(given.max()) + 1
+    fold = class_folds(given, folds, seed)
+    sums = np.zeros((classes, x.shape[1]), np.float64)
+    np.add.at(sums, given, x)
+    counts = np.bincount(given, minlength=classes)
+
+    def means_of(f: int) -> tuple[np.ndarray, np.ndarray]:
+        mine = fold == f
+        held = np.zeros_like(sums)
+        np.add.at(held, given[mine], x[mine])
+        means = sums - held
+        present = (counts - np.bincount(given[mine], minlength=classes)) > 0
+        return (means / np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)).astype(np.float32), present
+
+    return fold, means_of
+
+
 def centroid_confident_learning(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, folds: int = 5,
                                 seed: int = 0, temperature: float = CENTROID_TEMPERATURE,
                                 batch_bytes: int = KNN_BATCH_BYTES) -> pd.DataFrame:
@@ -228,23 +249,11 @@ def centroid_confident_learning(embeddings: np.ndarray, given: np.ndarray, sampl
     x = _unit(embeddings)
     given = np.asarray(given, np.int64)
     classes = int(given.max()) + 1
-    fold = class_folds(given, folds, seed)
-    sums = np.zeros((classes, x.shape[1]), np.float64)
-    np.add.at(sums, given, x)
-    counts = np.bincount(given, minlength=classes)
+    fold, means_of = cross_fitted_class_means(x, given, folds, seed)
     step = max(1, batch_bytes // (4 * classes))
     batches = [rows[i:i + step] for f in range(folds) for rows in [np.flatnonzero(fold == f)]
                for i in range(0, len(rows), step)]
-
-    @functools.lru_cache(maxsize=1)  # batches come fold by fold
-    def probe(f: int) -> tuple[np.ndarray, np.ndarray]:
-        """Fold ``f``'s probe: the other folds' unit class means, and which classes they hold."""
-        mine = fold == f
-        held = np.zeros_like(sums)
-        np.add.at(held, given[mine], x[mine])
-        means = sums - held
-        present = (counts - np.bincount(given[mine], minlength=classes)) > 0
-        return (means / np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)).astype(np.float32), present
+    probe = functools.lru_cache(maxsize=1)(means_of)  # batches come fold by fold
 
     def probabilities(rows: np.ndarray) -> np.ndarray:
         means, present = probe(int(fold[rows[0]]))
@@ -267,19 +276,11 @@ def open_set(embeddings: np.ndarray, given: np.ndarray, sample_id: np.ndarray, f
     suggest). Memory: the embeddings and two classes x dim matrices, one fold's similarities at a time."""
     x = _unit(embeddings)
     given = np.asarray(given, np.int64)
-    classes = int(given.max()) + 1
-    fold = class_folds(given, folds, seed)
-    sums = np.zeros((classes, x.shape[1]), np.float64)
-    np.add.at(sums, given, x)
-    counts = np.bincount(given, minlength=classes)
+    fold, means_of = cross_fitted_class_means(x, given, folds, seed)
     nearest_class = np.empty(len(given))
     for f in range(folds):
         mine = np.flatnonzero(fold == f)
-        held = np.zeros_like(sums)
-        np.add.at(held, given[mine], x[mine])
-        means = sums - held
-        present = (counts - np.bincount(given[mine], minlength=classes)) > 0
-        means = (means / np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        means, present = means_of(f)
         for start in range(0, len(mine), 4096):
             rows = mine[start:start + 4096]
             sims = x[rows] @ means.T
@@ -341,6 +342,11 @@ def nearest(embeddings: np.ndarray, k: int) -> np.ndarray:
     sims, idx = knn(_unit(embeddings), k + TIE_MARGIN)
     order = np.lexsort((idx, -sims), axis=-1)
     return np.take_along_axis(idx, order, axis=1)[:, :k]
+
+
+def majority_label(neighbour_labels: np.ndarray) -> np.ndarray:
+    """Each row's most common neighbour label (``(N, k)`` -> ``(N,)``; the smallest label among those tied)."""
+    return np.array([np.bincount(row).argmax() for row in neighbour_labels])
 
 
 def lowest(values: np.ndarray, count: int) -> np.ndarray:

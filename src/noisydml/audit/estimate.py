@@ -58,12 +58,11 @@ def estimates(embeddings: np.ndarray, given: np.ndarray, probs: np.ndarray, k: i
     cross-fitted probe's ``(N, C)`` probabilities)."""
     from cleanlab.count import num_label_issues
 
-    from noisydml.audit.detectors import nearest
+    from noisydml.audit.detectors import majority_label, nearest
 
     n = len(given)
     p_given = probs[np.arange(n), given].astype(np.float64)
-    neighbour_labels = given[nearest(embeddings, k)]
-    majority = np.array([np.bincount(row).argmax() for row in neighbour_labels])
+    majority = majority_label(given[nearest(embeddings, k)])
     return {
         "confident_joint": float(num_label_issues(given, probs)) / n,
         "confident_joint_calibrated": float(num_label_issues(

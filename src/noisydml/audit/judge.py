@@ -1,9 +1,9 @@
 """How well a detector finds the wrong labels, against the truth (the corrupt stage's, or a dataset's own).
 
 Per detector: AUROC and AUPRC of its score (AUPRC's chance level = the noise rate), precision / recall / F1 of its
-own flags and AQuA's weighted F1 of them, precision at k = the true number of wrong labels (the share of its top k that are wrong), and the noise
-rate it implies (its flagged share). Differences between two detectors on the same rows come with a paired
-bootstrap over the rows (:func:`paired_bootstrap`).
+own flags and AQuA's weighted F1 of them, precision at k = the true number of wrong labels (the share of its top k
+that are wrong), and the noise rate it implies (its flagged share). Differences between two detectors on the same
+rows come with a paired bootstrap over the rows (:func:`paired_bootstrap`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What a person looks at: the suspected samples ranked over every detector, as a CSV and an HTML contact sheet.
 
 A sample's **consensus** is the mean of its rank percentiles over the detectors, weighted by their measured
-reliability (:data:`RELIABILITY`; 1 = every detector's most suspected) and ``agree`` counts the detectors that flag it; the sheet shows the top ``top_n`` as thumbnails with
-the given label, the suggested one (the most common suggestion among the detectors), the consensus and the
-agreement, each beside a few images of the given class and of the suggested class. Everything is written into one
+reliability (:data:`RELIABILITY`; 1 = every detector's most suspected) and ``agree`` counts the detectors that
+flag it; the sheet shows the top ``top_n`` as thumbnails with the given label, the suggested one (the most common
+suggestion among the detectors), the consensus and the agreement, each beside a few images of the given class and of the suggested class. Everything is written into one
 folder (``index.html``, ``suspects.csv``, ``thumbs/``): it opens from the file system, nothing is fetched.
 """
 
