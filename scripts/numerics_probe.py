@@ -104,7 +104,7 @@ def probes() -> dict[str, object]:
         def step():
             p = torch.nn.Parameter(t(1000, seed=4))
             opt = (torch.optim.SGD([p], lr=0.1, momentum=0.9, weight_decay=1e-4) if kind == "sgd"
-                   else torch.optim.AdamW([p], lr=1e-3, weight_decay=1e-4))
+                   else torch.optim.AdamW([p], lr=1e-3, weight_decay=1e-4, fused=kind == "adamw fused"))
             for i in range(3):
                 opt.zero_grad()
                 (p * t(1000, seed=5 + i)).sum().backward()
@@ -245,6 +245,9 @@ def probes() -> dict[str, object]:
         "acos / cos / sin (ATen; ArcFace's margin)": lambda: [a.tanh().acos(), a.cos(), a.sin()],
         "SGD momentum steps": optimiser("sgd"),
         "AdamW steps": optimiser("adamw"),
+        # the default (foreach) AdamW takes its square root through MKL's vector maths (vmsSqrt, under gdb), whose
+        # kernel MKL picks by CPU; the fused one through ATen's own vector code, which the capability pin fixes
+        "AdamW steps, fused (no MKL vector maths)": optimiser("adamw fused"),
         "backbone: one training step (train.backbone)": backbone_step,
         "pretrain: forward + backward at its batch of 128": lambda: pretrain_steps(False),
         "pretrain: its loop, 3 Adam steps at its batch of 128": lambda: pretrain_steps(True),
