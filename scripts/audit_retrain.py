@@ -1,7 +1,9 @@
 """Does cleaning with the audit help? Retrain on the cleaned listing, on the noisy data and on oracle cleaning, and
-compare held-out retrieval: prints the per-seed table and writes ``references/label_audit/retrain.{csv,json}``.
+compare held-out retrieval: prints the per-seed table and writes
+``references/label_audit/retrain_<dataset>{.csv,.json,_summary.csv}``.
 
     python scripts/audit_retrain.py /tmp/audit_retrain --dataset glyphs --noises sym20 sym50 sc10 sc25
+    python scripts/audit_retrain.py /tmp/audit_retrain --source <checkout> --dataset motifs --set pretrain.source=motifs
     python scripts/audit_retrain.py /tmp/audit_retrain --collect        # only collect a finished study
 
 As a practitioner runs it (README "Find the wrong labels in your data"), on ``folder`` datasets built here from an
@@ -14,7 +16,7 @@ truth, the test rows as prepared. In a scratch clone (its DVC cache that of this
 2. audit the noisy runs (``scripts/label_audit.py`` on all seeds: their consensus) and write the cleaned listing with
    the default rule; when the audit refuses, that refusal is the outcome (the user keeps the noisy data: P@1 as
    noisy) and the listing it would have written with ``--force`` is trained too, to show what the refusal avoided;
-3. train on the cleaned listing (``..._cleaned``);
+3. train on the cleaned listing (``..._cleaned``; ``..._relabelled`` with ``--action relabel``);
 4. collect P@1 and MAP@R of each and the cleaning's precision / recall against the truth.
 
 Each variant trains with the same ``train`` section (epochs as passes over the listing it is given). Ground truth
@@ -40,14 +42,19 @@ from noisydml.audit.run import training_class_names  # noqa: E402 - the package 
 from noisydml.data.prepared import PreparedDataset  # noqa: E402
 from noisydml.reporting.uncertainty import seed_interval  # noqa: E402
 
-OUT = REPO / "references" / "label_audit" / "retrain"
+OUT = REPO / "references" / "label_audit"
 VARIANTS = ("noisy", "cleaned", "oracle")
+#: The cleaned listing's file and dataset suffix per --action. Distinct names, not one file rewritten: DVC sees a
+#: folder dataset's params, not its files' content, so a relabelled listing written where a dropped one was would
+#: be served the dropped one's prepared data from DVC's run cache.
+CLEANED = {"drop": "cleaned", "relabel": "relabelled"}
 
 
 def build(source: Path, dataset: str, noise: str, folder: Path) -> dict:
     """``folder/images/<sample>.png``, ``noisy.csv`` (the folder kind's listing: ``path,label,split,is_clean``;
-    training rows under their noisy label, ``is_clean`` the truth) and ``oracle.csv`` (its wrong training rows
-    dropped, and a training class left with one row). Returns the counts."""
+    training rows under their noisy label, ``is_clean`` the truth), ``oracle.csv`` (its wrong training rows
+    dropped, and a training class left with one row) and ``truth.csv`` (every training row's true class, to judge
+    relabelling; no listing names it, so no stage reads it). Returns the counts."""
     from PIL import Image
 
     prepared = PreparedDataset.load(source / "data" / "prepared" / dataset, source)
@@ -69,8 +76,11 @@ def build(source: Path, dataset: str, noise: str, folder: Path) -> dict:
             label, clean = names.loc[int(labels.at[sample, "label"])], 1 - int(labels.at[sample, "is_noisy"])
         else:
             label, clean = class_name, 1
-        rows.append({"path": f"images/{sample}.png", "label": label, "split": split, "is_clean": clean})
+        rows.append({"path": f"images/{sample}.png", "label": label, "split": split, "is_clean": clean,
+                     "true_class": class_name})
     listing = pd.DataFrame(rows)
+    listing.loc[listing["split"] == "train", ["path", "true_class"]].to_csv(folder / "truth.csv", index=False)
+    listing = listing.drop(columns="true_class")
     listing.to_csv(folder / "noisy.csv", index=False)
     oracle = listing[~((listing["split"] == "train") & (listing["is_clean"] == 0))]
     counts = oracle[oracle["split"] == "train"].groupby("label").size()
@@ -86,24 +96,27 @@ def dataset_override(name: str, csv: str, image: np.ndarray) -> str:
     return f"+datasets.{name}={{kind: folder, csv: {csv}, image_size: {image.shape[0]}, channels: {channels}}}"
 
 
-def launch(work: Path, datasets: dict[str, str], method: str, seeds: list[int], image: np.ndarray) -> None:
-    """Train ``method`` at ``seeds`` on each folder dataset (name -> listing csv, relative to ``work``)."""
+def launch(work: Path, datasets: dict[str, str], method: str, seeds: list[int], image: np.ndarray,
+           extra: list[str]) -> None:
+    """Train ``method`` at ``seeds`` on each folder dataset (name -> listing csv, relative to ``work``); ``extra``:
+    more ``-S`` overrides (``--set``: e.g. the dataset's own pretraining)."""
     names = list(datasets)
     sets = [*(dataset_override(name, csv, image) for name, csv in datasets.items()),
             f"grid.datasets=[{','.join(names)}]", "grid.noises=[clean]", f"grid.methods=[{method}]",
             f"grid.seeds=[{','.join(map(str, seeds))}]", f"timing.dataset={names[0]}", "timing.noise=clean",
-            "~chains", "+chains={}", "~figures.bspml_maps", "+figures.bspml_maps={}"]
+            "~chains", "+chains={}", "~figures.bspml_maps", "+figures.bspml_maps={}", *extra]
     command = ["noisydml", "launch", "-j", "2", "--quiet-epochs", *[p for s in sets for p in ("-S", s)]]
     subprocess.run(["git", "checkout", "-q", "params.yaml"], cwd=work, check=True)
     print("$", " ".join(command), flush=True)
     subprocess.run(command, cwd=work, check=True, env={**os.environ, "PYTHONPATH": str(work / "src")})
 
 
-def audit(work: Path, name: str, method: str, seeds: list[int], folder: Path) -> dict:
-    """The audit of the noisy runs (every seed's, their consensus) -> ``folder/cleaned.csv``: the default rule, or,
-    where it refuses, the listing ``--force`` writes (the refusal kept)."""
+def audit(work: Path, name: str, method: str, seeds: list[int], folder: Path, action: str) -> dict:
+    """The audit of the noisy runs (every seed's, their consensus) -> ``folder/<CLEANED[action]>.csv``: the default
+    rule with ``action``, or, where it refuses, the listing ``--force`` writes (the refusal kept)."""
     runs = [str(Path("runs") / name / "clean" / method / f"seed{s}") for s in seeds]
-    command = [sys.executable, "scripts/label_audit.py", *runs, "--clean-csv", str(folder / "cleaned.csv")]
+    command = [sys.executable, "scripts/label_audit.py", *runs, "--clean-csv", str(folder / f"{CLEANED[action]}.csv"),
+               "--action", action]
     env = {**os.environ, "PYTHONPATH": str(work / "src")}
     done = subprocess.run(command, cwd=work, capture_output=True, text=True, env=env)
     print(done.stdout[-3000:], done.stderr[-2000:], flush=True)
@@ -116,25 +129,36 @@ def audit(work: Path, name: str, method: str, seeds: list[int], folder: Path) ->
     return {"refused": refused, "refusal": done.stderr.strip().splitlines()[-1] if refused else ""}
 
 
-def cleaning_quality(folder: Path) -> dict:
-    """The cleaned listing's training rows against the truth: rows acted on, their precision and recall."""
+def cleaning_quality(folder: Path, action: str = "drop") -> dict:
+    """The cleaned listing's training rows against the truth: rows acted on (dropped or relabelled), their
+    precision and recall; of the relabelled, how many got their true class; the wrong labels left."""
     noisy = pd.read_csv(folder / "noisy.csv")
-    cleaned = pd.read_csv(folder / "cleaned.csv")
-    train = noisy[noisy["split"] == "train"]
-    kept = set(cleaned.loc[cleaned["split"] == "train", "path"].map(lambda p: "images/" + Path(p).name))
-    acted = ~train["path"].isin(kept)
-    wrong = train["is_clean"] == 0
+    truth = pd.read_csv(folder / "truth.csv").set_index("path")["true_class"]
+    cleaned = pd.read_csv(folder / f"{CLEANED[action]}.csv")
+    train = noisy[noisy["split"] == "train"].set_index("path")
+    after = cleaned[cleaned["split"] == "train"].assign(path=lambda t: t["path"].map(lambda p: "images/" + Path(p).name))
+    after = after.set_index("path")["label"]
+    dropped = ~train.index.isin(after.index)
+    relabelled = train.index.isin(after.index) & (after.reindex(train.index) != train["label"]).to_numpy()
+    acted = dropped | relabelled
+    wrong = (train["is_clean"] == 0).to_numpy()
+    right_after = (after == truth.reindex(after.index)).to_numpy()
+    relabelled_paths = train.index[relabelled]
     return {"acted": int(acted.sum()), "acted_share": float(acted.mean()),
             "precision": float((acted & wrong).sum() / max(acted.sum(), 1)),
-            "recall": float((acted & wrong).sum() / max(wrong.sum(), 1))}
+            "recall": float((acted & wrong).sum() / max(wrong.sum(), 1)),
+            "dropped": int(dropped.sum()), "relabelled": int(relabelled.sum()),
+            "relabelled_right": int((after.loc[relabelled_paths] == truth.loc[relabelled_paths]).sum()),
+            "wrong_left": int((~right_after).sum()), "wrong_left_share": float((~right_after).mean())}
 
 
-def collect(work: Path, plan: dict, method: str, seeds: list[int]) -> pd.DataFrame:
+def collect(work: Path, plan: dict, method: str, seeds: list[int], action: str = "drop") -> pd.DataFrame:
     rows = []
     for noise, info in plan.items():
         for variant in VARIANTS:
+            dataset = f"{info['name']}_{CLEANED[action] if variant == 'cleaned' else variant}"
             for seed in seeds:
-                path = work / "metrics" / f"{info['name']}_{variant}" / "clean" / method / f"seed{seed}.json"
+                path = work / "metrics" / dataset / "clean" / method / f"seed{seed}.json"
                 metrics = json.loads(path.read_text())["metrics"]
                 rows.append({"noise": noise, "variant": variant, "seed": seed,
                              "p_at_1": 100 * metrics["precision_at_1"],
@@ -167,6 +191,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--noises", nargs="+", default=["sym20", "sym50", "sc10", "sc25"])
     parser.add_argument("--method", default="ms")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--action", choices=("drop", "relabel"), default="drop",
+                        help="the audit's --action for the cleaned listing (the README's default: drop)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a further -S override of every launch (repeatable): motifs trains from its own "
+                             "pretraining, --set pretrain.source=motifs, as params.yaml says")
     parser.add_argument("--collect", action="store_true", help="only collect a finished study in workdir")
     args = parser.parse_args(argv)
     work = args.workdir
@@ -183,30 +212,35 @@ def main(argv: list[str]) -> None:
                                                 args.source).images[0])
         listings = {f"{i['name']}_{v}": f"folders/{i['name']}/{v}.csv" for i in plan.values() for v in ("noisy",
                                                                                                       "oracle")}
-        launch(work, listings, args.method, args.seeds, image)
+        launch(work, listings, args.method, args.seeds, image, args.set)
         for noise, info in plan.items():
-            info.update(audit(work, f"{info['name']}_noisy", args.method, args.seeds, work / "folders" / info["name"]))
-            info["quality"] = cleaning_quality(work / "folders" / info["name"])
-        launch(work, {**listings, **{f"{i['name']}_cleaned": f"folders/{i['name']}/cleaned.csv"
-                                     for i in plan.values()}}, args.method, args.seeds, image)
+            info.update(audit(work, f"{info['name']}_noisy", args.method, args.seeds, work / "folders" / info["name"],
+                              args.action))
+            info["quality"] = cleaning_quality(work / "folders" / info["name"], args.action)
+        cleaned = CLEANED[args.action]
+        launch(work, {**listings, **{f"{i['name']}_{cleaned}": f"folders/{i['name']}/{cleaned}.csv"
+                                     for i in plan.values()}}, args.method, args.seeds, image, args.set)
         state.write_text(json.dumps(plan, indent=1))
     plan = json.loads(state.read_text())
-    table = collect(work, plan, args.method, args.seeds)
+    table = collect(work, plan, args.method, args.seeds, args.action)
     print(table.pivot_table(index=["noise", "seed"], columns="variant", values="p_at_1").to_string(
         float_format="%.2f"))
     sums = summary(table, plan)
     print(sums.to_string(index=False, float_format="%.3f"))
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True, text=True,
                             check=True).stdout.strip()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(OUT.with_suffix(".csv"), index=False, float_format="%.4f")
-    sums.to_csv(OUT.parent / "retrain_summary.csv", index=False, float_format="%.4f")
+    stem = f"retrain_{args.dataset}" + ("_relabel" if args.action == "relabel" else "")
+    out = OUT / stem
+    OUT.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out.with_suffix(".csv"), index=False, float_format="%.4f")
+    sums.to_csv(OUT / f"{stem}_summary.csv", index=False, float_format="%.4f")
     from face_table4 import cpu_name  # noqa: PLC0415 - the same CPU naming as the other studies
 
-    OUT.with_suffix(".json").write_text(json.dumps({"commit": commit, "cpu": cpu_name(), "dataset": args.dataset,
-                                                    "method": args.method, "seeds": args.seeds, "plan": plan},
-                                                   indent=1))
-    print(f"wrote {OUT.with_suffix('.csv')}")
+    out.with_suffix(".json").write_text(json.dumps({"commit": commit, "cpu": cpu_name(), "dataset": args.dataset,
+                                                    "method": args.method, "seeds": args.seeds, "set": args.set,
+                                                    "action": args.action,
+                                                    "plan": plan}, indent=1))
+    print(f"wrote {out.with_suffix('.csv')}")
 
 
 if __name__ == "__main__":

@@ -384,6 +384,11 @@ def test_the_script_cleans_by_the_consensus_of_several_seeds_and_refuses_past_th
     wrong = {f"imgs/class{true[r]:02d}/{r % per_class}.png" for r in train_ids[::5]}
     assert "retrain: at least" in printed and "train.epochs" in printed
     assert abs(len(dropped) - len(wrong)) <= 2 and len(dropped & wrong) >= 0.9 * len(wrong)
+    assert "held another listing" not in printed
+    # another listing written over this one: DVC would not see it (a folder dataset's params name the file), so
+    # the script says to retrain from a new name
+    script.main([*runs, "--clean-csv", str(out), "--action", "relabel"])
+    assert f"WARNING: {out} held another listing, now replaced" in capsys.readouterr().out
     out.unlink()
     with pytest.raises(SystemExit, match="not written: it would act on .* above max_share 10%"):
         script.main([*runs, "--clean-csv", str(out), "--max-share", "0.1"])
@@ -704,3 +709,24 @@ def test_a_published_list_in_the_authors_format_is_judged_by_its_kept_list(tmp_p
     page = (folder / "sheet" / "index.html").read_text()
     assert all(name in page for name in shown)
     _sheet_images_resolve(folder)
+
+
+def test_the_retrain_study_judges_a_cleaned_listing_against_the_truth(tmp_path):
+    """scripts/audit_retrain.py's judge of a cleaned listing: rows dropped and relabelled count as acted on; a
+    relabel is right only to the true class; the wrong labels left are counted on the kept rows."""
+    from conftest import load_script
+
+    retrain = load_script("audit_retrain")
+    noisy = pd.DataFrame({"path": [f"images/{k}.png" for k in range(6)] + ["images/t.png"],
+                          "label": ["a", "a", "b", "b", "a", "b", "c"],
+                          "split": ["train"] * 6 + ["test"], "is_clean": [1, 1, 1, 0, 0, 1, 1]})
+    noisy.to_csv(tmp_path / "noisy.csv", index=False)
+    truth = pd.DataFrame({"path": noisy["path"][:6], "true_class": ["a", "a", "b", "a", "b", "b"]})
+    truth.to_csv(tmp_path / "truth.csv", index=False)
+    # row 3 (wrong: b for a) relabelled to a, row 4 (wrong) dropped, row 5 (right) relabelled wrongly to a
+    cleaned = noisy.drop(index=4).assign(label=["a", "a", "b", "a", "a", "c"])
+    cleaned.assign(path=cleaned["path"].map(lambda p: f"/abs/{p}")).to_csv(tmp_path / "cleaned.csv", index=False)
+    quality = retrain.cleaning_quality(tmp_path)
+    assert quality["acted"] == 3 and quality["dropped"] == 1 and quality["relabelled"] == 2
+    assert quality["precision"] == 2 / 3 and quality["recall"] == 1.0
+    assert quality["relabelled_right"] == 1 and quality["wrong_left"] == 1
