@@ -136,19 +136,18 @@ def cleaning_quality(folder: Path, action: str = "drop") -> dict:
     truth = pd.read_csv(folder / "truth.csv").set_index("path")["true_class"]
     cleaned = pd.read_csv(folder / f"{CLEANED[action]}.csv")
     train = noisy[noisy["split"] == "train"].set_index("path")
-    after = cleaned[cleaned["split"] == "train"].assign(path=lambda t: t["path"].map(lambda p: "images/" + Path(p).name))
-    after = after.set_index("path")["label"]
+    after = cleaned[cleaned["split"] == "train"]
+    after = after.set_index(after["path"].map(lambda p: "images/" + Path(p).name))["label"]  # path -> label kept
     dropped = ~train.index.isin(after.index)
-    relabelled = train.index.isin(after.index) & (after.reindex(train.index) != train["label"]).to_numpy()
+    relabelled = ~dropped & (after.reindex(train.index) != train["label"]).to_numpy()
     acted = dropped | relabelled
     wrong = (train["is_clean"] == 0).to_numpy()
-    right_after = (after == truth.reindex(after.index)).to_numpy()
-    relabelled_paths = train.index[relabelled]
+    right_after = after == truth.reindex(after.index)  # per kept row: its label now the true class
     return {"acted": int(acted.sum()), "acted_share": float(acted.mean()),
             "precision": float((acted & wrong).sum() / max(acted.sum(), 1)),
             "recall": float((acted & wrong).sum() / max(wrong.sum(), 1)),
             "dropped": int(dropped.sum()), "relabelled": int(relabelled.sum()),
-            "relabelled_right": int((after.loc[relabelled_paths] == truth.loc[relabelled_paths]).sum()),
+            "relabelled_right": int(right_after.loc[train.index[relabelled]].sum()),
             "wrong_left": int((~right_after).sum()), "wrong_left_share": float((~right_after).mean())}
 
 

@@ -47,9 +47,9 @@ def prepared_of(run: Path) -> tuple[Path, str, PreparedDataset]:
 def clean_listing(run: Path, located: tuple[Path, str, PreparedDataset], audits: dict, rate: float, out_csv: Path,
                   args: argparse.Namespace) -> dict:
     """The ``folder`` dataset's listing with the suspects of ``audits`` (one or several runs' detectors; ``rate``:
-    their median estimate of the noise rate: one failed run does not move it) acted on (:func:`~noisydml.audit.clean.plan`; params.yaml's
-    ``datasets.<name>``; ``located``: :func:`prepared_of` a run); prints what it did, its warnings and the
-    retrain's settings."""
+    their median estimate of the noise rate, which one failed run does not move) acted on
+    (:func:`~noisydml.audit.clean.plan`; params.yaml's ``datasets.<name>``; ``located``: :func:`prepared_of` a run);
+    prints what it did, its warnings and the retrain's settings."""
     root, dataset, prepared = located
     cfg = load_params(root / "params.yaml", ("datasets",))["datasets"][dataset]
     if cfg.get("kind") != "folder":

@@ -1,5 +1,6 @@
 import copy
 import os
+import re
 from pathlib import Path
 
 # Test files run on several worker processes at once (pytest-xdist; pyproject.toml): OpenMP threads that spin while
@@ -19,6 +20,32 @@ REPO = Path(__file__).resolve().parents[1]
 #: tests/test_documented_commands.py).
 README_OWN_DATASET = ["+datasets.mine={kind: folder, root: /path/to/images, image_size: 64, channels: 3}",
                       "grid.datasets=[glyphs,mine]"]
+
+
+#: The fenced blocks whose lines are shell commands (README.md, docs/).
+SHELL_LANGUAGES = ("bash", "sh", "shell", "console")
+
+
+def fenced_commands() -> dict[str, str]:
+    """``<page>:<line>`` -> one command of a fenced shell block (backslash continuations joined, comments cut,
+    ``&&`` chains split, ``srun ...`` prefixes dropped)."""
+    out = {}
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for block in re.finditer(r"```(\w*)\n(.*?)```", text, re.S):
+            if block.group(1) not in SHELL_LANGUAGES:
+                continue
+            first = text[: block.start()].count("\n") + 2
+            body = re.sub(r"\\\n", " ", block.group(2))
+            for offset, line in enumerate(body.splitlines()):
+                if line.lstrip().startswith("#"):  # a comment, a shebang, #SBATCH
+                    continue
+                line = re.split(r"\s#\s", line, maxsplit=1)[0].strip()
+                for part in re.split(r"\s&&\s", line):
+                    part = re.sub(r"^srun(\s+(-\S+|--\S+=\S+|\"[^\"]*\"))*\s+(?=\w)", "", part.strip()).rstrip("&").strip()
+                    if part:
+                        out[f"{page.relative_to(REPO)}:{first + offset}:{part.split()[0]}"] = part
+    return out
 
 
 def load_script(name: str):

@@ -15,33 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import README_OWN_DATASET, REPO, with_readme_dataset
+from conftest import README_OWN_DATASET, REPO, SHELL_LANGUAGES, fenced_commands, with_readme_dataset
 
-SHELL_LANGUAGES = ("bash", "sh", "shell", "console")
 #: Shell words of the Slurm script in docs/launch.md and the install lines: the shell's, not a program to check.
 SHELL_WORDS = ("set", "cd", "sleep", "for", "done", "export", ".", "source", "python3.11")
-
-
-def fenced_commands() -> dict[str, str]:
-    """``<page>:<line>`` -> one command of a fenced shell block (backslash continuations joined, comments cut,
-    ``&&`` chains split, ``srun ...`` prefixes dropped)."""
-    out = {}
-    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
-        text = page.read_text()
-        for block in re.finditer(r"```(\w*)\n(.*?)```", text, re.S):
-            if block.group(1) not in SHELL_LANGUAGES:
-                continue
-            first = text[: block.start()].count("\n") + 2
-            body = re.sub(r"\\\n", " ", block.group(2))
-            for offset, line in enumerate(body.splitlines()):
-                if line.lstrip().startswith("#"):  # a comment, a shebang, #SBATCH
-                    continue
-                line = re.split(r"\s#\s", line, maxsplit=1)[0].strip()
-                for part in re.split(r"\s&&\s", line):
-                    part = re.sub(r"^srun(\s+(-\S+|--\S+=\S+|\"[^\"]*\"))*\s+(?=\w)", "", part.strip()).rstrip("&").strip()
-                    if part:
-                        out[f"{page.relative_to(REPO)}:{first + offset}:{part.split()[0]}"] = part
-    return out
 
 
 COMMANDS = fenced_commands()

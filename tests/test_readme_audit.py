@@ -2,12 +2,11 @@
 folder dataset with wrong labels: its three commands read from the README's own block, in a temporary git + DVC
 repository whose params.yaml names the dataset ``mine`` as the README says a user does (and, for the test's
 minutes, a tiny backbone and pretraining). Minutes, so marked ``rehearsal`` (not in the default run; CI runs it
-after the suite: `python -m pytest -q -m rehearsal -k readme`)."""
+after the suite: `python -m pytest -q -n 0 -m rehearsal tests/test_readme_audit.py`)."""
 
 from __future__ import annotations
 
 import colorsys
-import re
 import shutil
 import subprocess
 
@@ -17,7 +16,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import REPO, dvc_repo, tiny_params
+from conftest import REPO, dvc_repo, fenced_commands, tiny_params
 
 SECTION = "## Find the wrong labels in your data"
 #: The folder dataset: classes of one flat colour each (hues evenly apart, plus pixel noise), the first half
@@ -27,11 +26,13 @@ CLASSES, PER_CLASS, SIDE, WRONG = 16, 24, 16, 5
 
 
 def readme_audit_commands() -> list[str]:
-    """The shell commands of the audit section's first fenced block, continuations joined, as a user pastes them."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index(SECTION):]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    return [line.strip() for line in re.sub(r"\\\n", " ", block).splitlines() if line.strip()]
+    """The shell commands of the audit section's fenced blocks, read as tests/test_documented_commands.py reads
+    every documented command (continuations joined), in the README's order."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    first = lines.index(SECTION) + 1
+    last = next(n for n in range(first + 1, len(lines) + 1) if lines[n - 1].startswith("## "))
+    return [command for key, command in fenced_commands().items()
+            if key.startswith("README.md:") and first < int(key.split(":")[1]) < last]
 
 
 def write_folder_dataset(root) -> pd.DataFrame:
