@@ -168,3 +168,35 @@ def test_entries_of_stages_the_pipeline_no_longer_has_do_not_make_code_look_like
     assert stale_stages(stage_digests(current, {"report"}), stage_digests(with_old, {"report"})) == []
     changed = {"stages": {"report": {**report, "deps": [{"path": "src/noisydml/reporting", "md5": "b.dir"}]}}}
     assert stale_stages(stage_digests(current, {"report"}), stage_digests(changed, {"report"})) == ["report"]
+
+
+def test_ci_regenerates_when_an_input_differs_from_the_lock_and_not_for_what_a_clean_clone_lacks():
+    """scripts/grid_inputs_changed.py on `dvc status --json` as a clean clone of this repository prints it: missing
+    outputs, and dependencies that are (or hold) stages' outputs, are no change; a params value, a source file, a
+    committed output that differs from the lock, a stage the lock lacks are."""
+    from conftest import load_script
+
+    script = load_script("grid_inputs_changed")
+    outputs = ["data/raw/glyphs", "data/prepared/glyphs", "runs/glyphs/clean/ms/seed0", "metrics/glyphs/clean/ms",
+               "reports/results.md"]
+    clean_clone = {
+        "download@glyphs": [{"changed outs": {"data/raw/glyphs": "deleted"}}],
+        "prepare@glyphs": [{"changed deps": {"data/raw/glyphs": "deleted"}},
+                           {"changed outs": {"data/prepared/glyphs": "not in cache"}}],
+        "evaluate@glyphs": [{"changed deps": {"runs/glyphs": "modified"}}],  # holds outputs, some committed
+    }
+    assert script.changed_inputs(clean_clone, outputs) == []
+    changed = {
+        **clean_clone,
+        "train@glyphs-clean-ms-0": [{"changed deps": {"src/noisydml/engine/trainer.py": "modified",
+                                                      "params.yaml": {"train.epochs": "modified"}}}],
+        "report": [{"changed outs": {"reports/results.md": "modified"}}],
+        "train@glyphs-clean-new-0": ["always changed"],
+    }
+    assert script.changed_inputs(changed, outputs) == [
+        "train@glyphs-clean-ms-0: changed deps src/noisydml/engine/trainer.py modified",
+        "train@glyphs-clean-ms-0: changed deps params.yaml:train.epochs modified",
+        "report: changed outs reports/results.md modified",
+        "train@glyphs-clean-new-0: always changed"]
+    assert script.overlaps("runs/glyphs", outputs) and script.overlaps("runs/glyphs/clean/ms/seed0/model.pt", outputs)
+    assert not script.overlaps("runs/glyph", outputs)
