@@ -17,9 +17,9 @@ covers the code); anything else (a crash) means "regenerate" to a caller, which 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
+
+from noisydml.pipeline.guard import is_data
 
 UNCHANGED = 3
 #: `dvc status` words for an output that is simply not here (a fresh clone): not a change of any input.
@@ -29,12 +29,6 @@ ABSENT = ("deleted", "not in cache")
 def made_by_stages(repo) -> list[str]:
     """The paths stages write (their ``outs``), relative to the repository root."""
     return [str(out.def_path).rstrip("/") for stage in repo.index.stages for out in stage.outs]
-
-
-def overlaps(path: str, outputs: list[str]) -> bool:
-    """``path`` is an output, lies inside one, or holds one (a folder dependency over several stages' outputs)."""
-    path = path.rstrip("/")
-    return any(path == out or path.startswith(out + "/") or out.startswith(path + "/") for out in outputs)
 
 
 def changed_inputs(status: dict, outputs: list[str]) -> list[str]:
@@ -52,7 +46,7 @@ def changed_inputs(status: dict, outputs: list[str]) -> list[str]:
                 for path, state in items.items():
                     if isinstance(state, dict):  # a params file: {key: "modified" | "new" | "deleted"}
                         changes += [f"{stage}: {kind} {path}:{key} {how}" for key, how in state.items()]
-                    elif kind == "changed deps" and overlaps(path, outputs):
+                    elif kind == "changed deps" and is_data(path, outputs):
                         continue  # made by a stage upstream: equal when its inputs are
                     elif kind == "changed outs" and state in ABSENT:
                         continue  # not here in a fresh clone
@@ -63,16 +57,12 @@ def changed_inputs(status: dict, outputs: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
-    from dvc.repo import Repo
+    from dvc.repo import Repo, lock_repo
 
-    with Repo(".") as repo:
+    with Repo(".") as repo, lock_repo(repo):  # `dvc status --json`'s own call, on the index loaded once
         outputs = made_by_stages(repo)
         stages = len(repo.index.stages)
-    result = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], capture_output=True, text=True)
-    if result.returncode != 0:
-        print(f"dvc status failed (exit {result.returncode}): {result.stderr.strip()}", file=sys.stderr)
-        return 1
-    changes = changed_inputs(json.loads(result.stdout or "{}"), outputs)
+        changes = changed_inputs(repo.status(), outputs)
     if changes:
         print(f"{len(changes)} input(s) of the {stages} stages differ from dvc.lock:")
         for line in changes[:40]:

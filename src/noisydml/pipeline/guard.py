@@ -132,7 +132,7 @@ def _produced(lock: dict) -> list[str]:
     return [o["path"] for body in lock.get("stages", {}).values() for o in body.get("outs", [])]
 
 
-def _is_data(path: str, produced: list[str]) -> bool:
+def is_data(path: str, produced: list[str]) -> bool:
     """Whether a dependency is (or holds, or lies in) another stage's output: data, not an input of its own."""
     return any(path == o or path.startswith(o + "/") or o.startswith(path + "/") for o in produced)
 
@@ -149,7 +149,7 @@ def stage_digests(lock: dict, stages: set[str] | None = None) -> dict[str, dict[
         if stages is not None and stage not in stages:
             continue
         own = [body.get("cmd"), body.get("params"),
-               sorted((d["path"], d.get("md5")) for d in body.get("deps", []) if not _is_data(d["path"], produced))]
+               sorted((d["path"], d.get("md5")) for d in body.get("deps", []) if not is_data(d["path"], produced))]
         outs = sorted((o["path"], o.get("md5")) for o in body.get("outs", []))
         out[stage] = {"inputs": hashlib.sha256(json.dumps(own, sort_keys=True).encode()).hexdigest()[:16],
                       "outputs": hashlib.sha256(json.dumps(outs).encode()).hexdigest()[:16]}
