@@ -657,6 +657,28 @@ def test_food101n_in_its_real_layout_is_judged_on_its_verified_rows_only(tmp_pat
     _sheet_images_resolve(folder)
 
 
+def test_cnwl_red_cars_is_judged_on_every_training_row_by_its_annotations(tmp_path, raw_params, local_server):
+    """The CNWL Red Stanford Cars miniature (the release's zip, web images fetched by URL, car_ims.tgz): a run on
+    its own labels is judged on every training row, the truth being the annotators' verdict on each web image
+    (one of each class's four rows is a web image judged wrong), and the sheet shows the fetched images."""
+    from conftest import serve_archives
+    from noisydml.pipeline.rehearsal import TRAIN_CLASSES, TRAIN_PER_CLASS, miniature
+
+    base, served = local_server
+    mini = miniature("cnwl_cars", base)
+    served.files.update(mini.served)
+    params = _miniature_params(raw_params, "cnwl_cars", serve_archives(local_server, mini.archives), mini.expect,
+                               "clean", {"kind": "none"})
+    folder = _audited(params, "clean", tmp_path)
+    judged = pd.read_csv(folder / "judged.csv")
+    assert set(judged["detector"]) == {"method", "datalab", "confident_learning", "knn_disagreement"}
+    assert (judged["rows"] == TRAIN_CLASSES * TRAIN_PER_CLASS).all()
+    assert judged["noise_rate"].to_numpy() == pytest.approx(1 / TRAIN_PER_CLASS)
+    suspects = pd.read_csv(folder / "sheet" / "suspects.csv")
+    assert suspects["path"].str.contains("web_images/").sum() == 2 * TRAIN_CLASSES
+    _sheet_images_resolve(folder)
+
+
 def test_a_published_list_in_the_authors_format_is_judged_by_its_kept_list(tmp_path, raw_params, local_server):
     """The CUB miniature (CUB_200_2011.tgz) with noise from lists in the PRISM authors' format (``/data/``-prefixed
     paths, 1-based labels, gzip; noisy, kept and clean lists): the audit's truth is "absent from the kept list",

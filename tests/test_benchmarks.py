@@ -1,4 +1,4 @@
-"""The seven benchmarks: for each, a tiny archive (or URL list) in the dataset's real layout, served on 127.0.0.1,
+"""The eight benchmarks: for each, a tiny archive (or URL list) in the dataset's real layout, served on 127.0.0.1,
 downloaded, verified, extracted and prepared by the stages, with the official split and the count check (scaled
 to the fixture through ``expect``)."""
 
@@ -287,6 +287,76 @@ def test_local_dir_reads_an_extracted_copy_without_downloading(tmp_path, raw_par
     assert "nothing downloaded" in record["note"] and len(ds.manifest) == 8
 
 
+def _cnwl_release(base: str, served) -> bytes:
+    """Google's dataset_no_images.zip in miniature: the Stanford Cars annotations and split files (and a
+    mini-ImageNet half whose files share the names), web images served at their URLs."""
+    import json
+
+    web = {"w1": (0, False), "w2": (1, False), "w3": (1, True), "w4": (0, False), "dead": (0, False)}
+    for i, name in enumerate(web):
+        if name != "dead":
+            served.files[f"/web/{name}.jpg"] = jpeg_bytes(200 + i)
+    annotations = {"data": [[{"image/id": name, "image/uri": f"{base}/web/{name}.jpg", "image/class/label": label,
+                              "image/class/label/is_clean": clean}] for name, (label, clean) in web.items()]}
+    # labels 0, 1 train; 98, 99 test. Level 0.4: own images + web images w1 (wrong), w2 (wrong), w3 (annotated
+    # right), w4 (annotated under label 0, listed under 1: unknown), dead (never fetched)
+    level = ["000001.jpg 0", "000002.jpg 0", "000003.jpg 1", "w1.jpg 0", "w2.jpg 1", "w3.jpg 1", "w4.jpg 1",
+             "dead.jpg 0", "000005.jpg 98"]
+    clean = ["000001.jpg 0", "000002.jpg 0", "000003.jpg 1", "000004.jpg 1", "000005.jpg 98", "000006.jpg 99"]
+    validation = ["000007.jpg 98", "000008.jpg 99", "000009.jpg 0"]
+    lines = lambda rows: ("\n".join(rows) + "\n").encode()
+    return zip_bytes({
+        "dataset_no_images/stanford-cars-annotations.json": json.dumps(annotations).encode(),
+        "dataset_no_images/stanford_cars/split/red_noise_nl_0.4": lines(level),
+        "dataset_no_images/stanford_cars/split/red_noise_nl_0.0": lines(clean),
+        "dataset_no_images/stanford_cars/split/clean_validation": lines(validation),
+        "dataset_no_images/mini-imagenet/split/red_noise_nl_0.4": lines(["n01.jpg 3"]),
+        "dataset_no_images/mini-imagenet/split/red_noise_nl_0.0": lines(["n01.jpg 3"]),
+        "dataset_no_images/mini-imagenet/split/clean_validation": lines(["n02.jpg 3"]),
+        "dataset_no_images/mini-imagenet-annotations.json": json.dumps({"data": []}).encode(),
+    })
+
+
+def test_cnwl_red_cars_keeps_the_annotators_verdict_per_web_image(tmp_path, raw_params, local_server):
+    """CNWL Red Stanford Cars: the release's split file of the chosen level trains (labels 0..97), web images are
+    fetched from their URLs (a dead one recorded and left out), each training row carries the truth (Stanford
+    Cars' own images right, a web image as its annotators judged it under that label, unknown under another), and
+    the clean images of labels 98..195 test; the mini-ImageNet half's same-named files are not read."""
+    base, served = local_server
+    car_ims = {f"car_ims/{i:06d}.jpg": jpeg_bytes(100 + i) for i in range(1, 10)}
+    archives = serve_archives(local_server, {"dataset_no_images.zip": _cnwl_release(base, served),
+                                             "car_ims.tgz": tar_bytes(car_ims)})
+    cfg = {"kind": "cnwl_cars", "archives": archives, "retries": 0, "fetch_workers": 2,
+           "expect": {"train_classes": 2, "test_classes": 2}}
+    record, info, ds = _run(benchmark_params(raw_params, "cnwl", cfg), "cnwl", tmp_path)
+    assert record["fetched"] == {"listed": 5, "available": 4, "ok": 4, "dead": 1}
+    assert _counts(ds) == {"test": (4, 2), "train": (7, 2)}
+    train = ds.split("train").set_index(ds.split("train")["path"].str.split("/").str[-1])
+    assert train["is_clean"].to_dict() == pytest.approx(
+        {"000001.jpg": 1.0, "000002.jpg": 1.0, "000003.jpg": 1.0, "w1.jpg": 0.0, "w2.jpg": 0.0, "w3.jpg": 1.0,
+         "w4.jpg": np.nan}, nan_ok=True)
+    assert sorted(ds.split("test")["path"].str.split("/").str[-1]) == ["000005.jpg", "000006.jpg", "000007.jpg",
+                                                                      "000008.jpg"]
+    assert info["noise_level"] == 0.4
+    # another level is another split file; one the release lacks is named
+    with pytest.raises(DatasetError, match=r"0 files named 'red_noise_nl_0.8' outside mini-imagenet/"):
+        prepare(benchmark_params(raw_params, "cnwl", {**cfg, "noise_level": 0.8}), "cnwl", Layout(tmp_path))
+    # Stanford Cars' own images looked for in the wrong folder: the error names the key and the first names
+    with pytest.raises(DatasetError, match=r"CNWL: 7 of Stanford Cars' own images .*\(first: cars_train/000001.jpg"):
+        prepare(benchmark_params(raw_params, "cnwl", {**cfg, "original_images": "cars_train"}), "cnwl",
+                Layout(tmp_path))
+
+
+def test_cnwl_params_name_the_level_and_the_folder(raw_params):
+    from noisydml.schema import ParamsError
+
+    with pytest.raises(ParamsError, match=r"datasets.cnwl.noise_level: 0.7 is not allowed; allowed values: 0.0, "
+                                          r"0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8"):
+        benchmark_params(raw_params, "cnwl", {"kind": "cnwl_cars", "noise_level": 0.7})
+    with pytest.raises(ParamsError, match=r"datasets.cnwl.original_images: '../cars'; allowed: a folder inside"):
+        benchmark_params(raw_params, "cnwl", {"kind": "cnwl_cars", "original_images": "../cars"})
+
+
 def test_params_name_the_wrong_key(raw_params):
     from noisydml.schema import ParamsError
 
@@ -328,8 +398,8 @@ def test_each_benchmark_s_identity_is_checked_by_its_counts(kind):
     counts = {**official, **bench.min_counts}
     assert check_counts(kind, _items_with(counts), official, at_least=bench.min_counts)["train_classes"] == \
         counts["train_classes"]
-    key = "train_samples" if "train_samples" in official else "test_samples"
-    for changed in ({key: counts[key] - 1}, {"train_classes": counts["train_classes"] - 1}):
+    key = next((k for k in ("train_samples", "test_samples") if k in official), None)  # CNWL: classes only
+    for changed in ([{key: counts[key] - 1}] if key else []) + [{"train_classes": counts["train_classes"] - 1}]:
         wrong = {**counts, **changed}
         what, value = next(iter(changed.items()))
         with pytest.raises(DatasetError, match=f"{what.replace('_', ' ')}: the official count is "

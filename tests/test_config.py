@@ -64,7 +64,7 @@ def test_repository_params_are_valid():
         (lambda r: r["noise"]["sym50"].update(rate=1.5), "noise.sym50.rate: 1.5 is above the maximum 1.0"),
         (lambda r: r["noise"]["sym50"].update(rate=-0.1), "noise.sym50.rate: -0.1 is below the minimum 0.0"),
         (lambda r: r["grid"].update(datasets=["cub2010"]),
-         "grid.datasets[0]: unknown dataset 'cub2010'; allowed: cars, cars98n, clothing, cub, faces, faces_clean, faces_large, faces_large_clean, food, glyphs, inshop, motifs, motifs_hard, sop"),
+         "grid.datasets[0]: unknown dataset 'cub2010'; allowed: cars, cars98n, clothing, cnwl_cars, cub, faces, faces_clean, faces_large, faces_large_clean, food, glyphs, inshop, motifs, motifs_hard, sop"),
         (lambda r: r["grid"].update(noises=["clean", "sym90"]), "unknown noise setting 'sym90'"),
         (lambda r: r["noise"].update(bad={"kind": "pairflip", "rate": 0.2}), "noise.bad.kind: unknown noise kind 'pairflip'"),
         (lambda r: r["train"]["batch"].update(classes=500), "train.batch.classes: 500 classes per batch, but dataset 'glyphs' has only 200"),

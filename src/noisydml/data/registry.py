@@ -183,10 +183,7 @@ def _benchmark_kind(kind: str) -> DatasetKind:
         "expect": Field(dict, {}, help="ours: official counts replaced, e.g. {train_samples: 5000} for a subset "
                                        "made on purpose; keys: <split>_samples / <split>_classes"),
     }
-    if kind == "food101n":
-        schema["test_images"] = Field(str, "all", choices=("all", "test"),
-                                      help="ours: all = every Food-101 image of the 51 test classes (the PRISM "
-                                           "authors' FOOD_test.csv, 51,000); test = Food-101's test split (12,750)")
+    schema.update(bench.options)
     if bench.url_list is not None:
         schema["fetch_workers"] = Field(int, 16, min=1, help="parallel image fetches")
         schema["retries"] = Field(int, 2, min=0, help="retries of an image URL before it is recorded as dead")
@@ -204,6 +201,7 @@ def _benchmark_kind(kind: str) -> DatasetKind:
                                   f"{', '.join(sorted(names))}")
             if not isinstance(body, dict) or set(body) - {"url", "sha256"}:
                 raise ParamsError(f"{where}.archives.{filename}: expected {{url, sha256}}, got {body!r}")
+        bench.check(cfg, where)
 
     return DatasetKind(schema=schema, prepare=_prepare_benchmark, extra_check=check,
                        train_classes=lambda cfg: cfg["expect"].get("train_classes", bench.counts.get("train_classes")))

@@ -68,7 +68,7 @@ INDEX_BYTES_PER_ROW = {"files": 271, "records": 54, "arrays": 60}
 SGM_BYTES_PER_ROW = 10_700
 #: The published download sizes (docs/datasets.md) and, for the face sets, the size of insightface's train.rec.
 DATASET_DISK_BYTES = {"cub200": 1.2e9, "cars196": 1.9e9, "sop": 5.8e9, "inshop": 3.1e9, "food101n": 24e9,
-                      "cars98n": 1.2e9, "clothing1m": 80e9}
+                      "cars98n": 1.2e9, "clothing1m": 80e9, "cnwl_cars": 2.1e9}
 FACE_REC_BYTES = {"ms1mv0": 52e9, "ms1m_refined": 20e9, "ms1mv2": 30e9, "ms1mv3": 27e9}
 #: Face evaluation sets (IJB-C's loose crops and meta files; the .bin sets): ~10 GB (estimated).
 FACE_EVAL_DISK_BYTES = 10e9

@@ -220,8 +220,43 @@ def food101n() -> Miniature:
     return Miniature({"Food-101N_release.zip": zip_bytes(noisy), "food-101.tar.gz": tar_bytes(food)}, _split_counts())
 
 
+def cnwl_cars(base_url: str) -> Miniature:
+    """CNWL's dataset_no_images.zip (stanford-cars-annotations.json: ``data[i][0]`` with image/id, image/uri,
+    image/class/label, image/class/label/is_clean; split files of ``name label`` lines) with its web images served
+    one by one, + car_ims.tgz. The level 0.4 split: per training label (0-15) two of Stanford Cars' own images,
+    a web image annotated wrong and one annotated right; test: labels 98-105, clean."""
+    import json
+
+    cars, served, entries, level, clean = {}, {}, [], [], []
+    for label in range(TRAIN_CLASSES):
+        for i in range(TRAIN_PER_CLASS):
+            if i < 2:
+                name = f"{len(cars) + 1:06d}.jpg"
+                cars[f"car_ims/{name}"] = jpeg_bytes(7000 + len(cars))
+                clean.append(f"{name} {label}")
+            else:
+                image_id = f"{label:04x}{i:012x}"
+                name = f"{image_id}.jpg"
+                served[f"/web/cnwl/{name}"] = jpeg_bytes(8000 + label * 10 + i)
+                entries.append([{"image/id": image_id, "image/uri": f"{base_url}/web/cnwl/{name}",
+                                 "image/class/label": label, "image/class/label/is_clean": i == 3}])
+            level.append(f"{name} {label}")
+    validation = []
+    for label in range(98, 98 + TEST_CLASSES):
+        for i in range(TEST_PER_CLASS):
+            name = f"{len(cars) + 1:06d}.jpg"
+            cars[f"car_ims/{name}"] = jpeg_bytes(7000 + len(cars))
+            (clean if i else validation).append(f"{name} {label}")
+    release = {"dataset_no_images/stanford-cars-annotations.json": json.dumps({"data": entries}).encode(),
+               "dataset_no_images/stanford_cars/split/red_noise_nl_0.4": _lines(level),
+               "dataset_no_images/stanford_cars/split/red_noise_nl_0.0": _lines(clean),
+               "dataset_no_images/stanford_cars/split/clean_validation": _lines(validation)}
+    return Miniature({"dataset_no_images.zip": zip_bytes(release), "car_ims.tgz": tar_bytes(cars)}, _split_counts(),
+                     served)
+
+
 #: The dataset kinds a rehearsal builds a miniature of (faces: synthetic identities written as insightface's files).
-MINIATURE_KINDS = ("cub200", "cars196", "sop", "inshop", "food101n", "cars98n", "faces")
+MINIATURE_KINDS = ("cub200", "cars196", "sop", "inshop", "food101n", "cars98n", "cnwl_cars", "faces")
 #: The face miniature: identities, images and pairs enough for every protocol to score (the synthetic kind's
 #: generator at 32 px), and the batch's identities (the profiles' 256 would exceed them).
 FACE_MINIATURE = {"train_identities": 24, "images_per_identity": 6, "min_images": 4, "max_images": 8,
@@ -264,7 +299,7 @@ def why_not_rehearsable(profile: dict) -> str | None:
 
 def miniature(kind: str, base_url: str) -> Miniature:
     builders = {"cub200": cub200, "cars196": cars196, "sop": sop, "inshop": inshop, "food101n": food101n,
-                "cars98n": lambda: cars98n(base_url)}
+                "cars98n": lambda: cars98n(base_url), "cnwl_cars": lambda: cnwl_cars(base_url)}
     if kind not in builders:
         raise ValueError(f"no miniature of dataset kind {kind!r} yet; rehearsable kinds: {', '.join(builders)}")
     return builders[kind]()
