@@ -53,10 +53,24 @@ def relative(paths) -> list[str]:
     return sorted(str(Path(p).resolve().relative_to(REPO)) for p in paths)
 
 
-#: Stages of dvc.yaml -> the stage script whose closure is their code (train_chain runs stages/train.py).
-SCRIPT_OF = {"train_chain": "train", "train_on_run_noise": "train", "train_embedding_size": "train",
-             "train_bspml_cell": "train", "train_sgps_ablation": "train", "train_tuned": "train_tuned",
-             "train_tuned_chain": "train_tuned", "tune_chain": "tune", "corrupt_from_run": "corrupt"}
+#: A stage's command runs ``python stages/<script>.py ...``.
+STAGE_SCRIPT = re.compile(r"\bstages/([A-Za-z_]\w*)\.py\b")
+
+
+def stage_bodies(path: Path = REPO / "dvc.yaml") -> dict[str, dict]:
+    """Each stage of dvc.yaml (a template's ``do`` body for a ``foreach``/``matrix`` one), by name."""
+    import yaml
+
+    return {name: body.get("do", body) for name, body in yaml.safe_load(path.read_text())["stages"].items()}
+
+
+def script_of(body: dict) -> str:
+    """The stage script a dvc.yaml stage runs (``train_chain`` runs ``stages/train.py``), read from its command:
+    a new stage template needs no entry anywhere else."""
+    found = STAGE_SCRIPT.findall(body["cmd"])
+    if len(set(found)) != 1:
+        raise ValueError(f"command {body['cmd']!r}: expected one stages/<script>.py, found {found}")
+    return found[0]
 #: A study's own module, e.g. ``src/noisydml/studies/bspml.py`` (a stage of that study's runs imports it by name).
 STUDY_MODULE = re.compile(r"^src/noisydml/studies/[A-Za-z_]\w*\.py$")
 #: The folder dep of a stage that imports every study by name (evaluate, report).
@@ -81,6 +95,7 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
     folder deps standing for what a stage imports by name (``src/noisydml/studies``, ``src/noisydml/methods``) are
     kept as they are."""
     lines = path.read_text().splitlines(keepends=True)
+    bodies = stage_bodies(path)
     out, stage, i = [], None, 0
     while i < len(lines):
         line = lines[i]
@@ -107,7 +122,7 @@ def update_dvc_yaml(path: Path = REPO / "dvc.yaml") -> bool:
                     continue
                 kept.append(lines[j])
                 j += 1
-            script = REPO / "stages" / f"{SCRIPT_OF.get(stage, stage)}.py"
+            script = REPO / "stages" / f"{script_of(bodies[stage])}.py"
             studies = [REPO / line.strip()[2:] for line in named_studies]
             if every_study:  # the stage imports every study by name (src/noisydml/studies, a folder dep)
                 studies += study_modules()

@@ -1,5 +1,6 @@
 """dvc.yaml declares exactly the code each stage runs; import layering; no hidden defaults in params.yaml."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,7 @@ def _method_names():
 @pytest.mark.parametrize("name", ["download", "prepare", "pretrain", "corrupt", "corrupt_from_run", "method_code",
                                   "evaluate", "report"])
 def test_stage_declares_exactly_the_code_it_imports(name):
-    script = stage_deps.SCRIPT_OF.get(name, name)
+    script = stage_deps.script_of(DVC[name].get("do", DVC[name]))
     # evaluate and report import every study by name (a folder dep in dvc.yaml)
     studies = stage_deps.study_modules() if stage_deps.STUDIES in DVC[name].get("do", DVC[name])["deps"] else []
     imported = set(stage_deps.relative(stage_deps.closure(REPO / "stages" / f"{script}.py", *studies)))
@@ -51,11 +52,35 @@ def test_dvc_yaml_code_deps_are_up_to_date(tmp_path):
     assert not stage_deps.update_dvc_yaml(copy), "run `python scripts/stage_deps.py --update-dvc-yaml`"
 
 
-#: Every stage of dvc.yaml that trains, and the method it trains (a template of its item, or fixed).
-TRAINING_STAGES = {"train": "${item.method}", "train_on_run_noise": "${item.method}",
-                   "train_embedding_size": "${item.method}", "train_bspml_cell": "bspml", "train_sgps_ablation": "sgps",
-                   "train_chain": "${item.method}", "tune": "${item.method}", "train_tuned": "${item.method}",
-                   "timing": "${item.method}", "tune_chain": None, "train_tuned_chain": None}
+#: A method's code file, or a tuned chain's lineage file, as a stage declares it.
+METHOD_CODE = re.compile(r"^code/methods/(.+)\.json$")
+LINEAGE = "code/chains/${item.dataset}-${item.noise}-${item.chain}.json"
+
+
+def _training_stages() -> dict[str, str | None]:
+    """Every stage of dvc.yaml that trains (its script is one that builds a model), and the method it trains: a
+    template of its item, or fixed; None for a tuned chain (its lineage file stands for its methods). Read from
+    dvc.yaml, so a study's new stage template is checked without an entry here."""
+    out = {}
+    for name, stage in DVC.items():
+        body = stage.get("do", stage)
+        if stage_deps.script_of(body) not in ("train", "train_tuned", "tune", "timing"):
+            continue
+        methods = [m.group(1) for d in body["deps"] if (m := METHOD_CODE.match(d))]
+        out[name] = methods[0] if len(methods) == 1 else None
+    return out
+
+
+TRAINING_STAGES = _training_stages()
+
+
+def test_the_training_stages_are_found_in_dvc_yaml():
+    """The stages read as training ones: every train/tune/timing template, each with its one method code file
+    (a tuned chain: none, its lineage instead)."""
+    assert {"train", "train_on_run_noise", "train_embedding_size", "train_bspml_cell", "train_sgps_ablation",
+            "train_chain", "tune", "train_tuned", "timing", "tune_chain", "train_tuned_chain"} <= set(TRAINING_STAGES)
+    assert TRAINING_STAGES["train_bspml_cell"] == "bspml" and TRAINING_STAGES["train"] == "${item.method}"
+    assert TRAINING_STAGES["tune_chain"] is None and TRAINING_STAGES["train_tuned_chain"] is None
 
 
 @pytest.mark.parametrize("stage", sorted(TRAINING_STAGES))
@@ -66,8 +91,7 @@ def test_a_training_stage_depends_on_its_methods_code_file_and_on_no_method_sour
     stage's: its chains, their methods' hyper-parameters and code files), and on neither methods nor chains."""
     body = DVC[stage].get("do", DVC[stage])
     deps, method = body["deps"], TRAINING_STAGES[stage]
-    lineage = "code/chains/${item.dataset}-${item.noise}-${item.chain}.json"
-    assert (f"code/methods/{method}.json" if method else lineage) in deps
+    assert (f"code/methods/{method}.json" if method else LINEAGE) in deps
     if method is None:
         assert not {"methods", "chains", "tuning.spaces"} & set(body["params"])
     sources = [d for d in deps if d.startswith("src/noisydml/methods")]
@@ -101,7 +125,7 @@ def _sections_declared(stage: dict) -> set[str]:
 def test_a_stage_loads_every_params_section_it_declares(name):
     """A stage script loads (validates and may read) the sections its dvc.yaml stage declares; the tuned runs' view
     of tuning (tuned_runs) stands for the tuning keys that name runs."""
-    script = REPO / "stages" / f"{stage_deps.SCRIPT_OF.get(name, name)}.py"
+    script = REPO / "stages" / f"{stage_deps.script_of(DVC[name].get('do', DVC[name]))}.py"
     sections = stage_deps.stage_sections(script)
     if sections is None:
         return
