@@ -733,30 +733,12 @@ def main(argv: list[str] | None = None) -> int:
     from dvc.repo import Repo
 
     from noisydml.config import read_params_file
+    from noisydml.numerics import usable_cores
     from noisydml.runtime import runtime_settings
 
-    edit = None
-    if args.set_param:
-        from noisydml.pipeline.check import validate_all
-        from noisydml.pipeline.overrides import apply
-
-        # a transaction: DVC's -S on a copy, the result validated whole (every problem at once), and only then
-        # written, as a minimal edit of the file (comments and anchors kept); --dry writes nothing
-        edit = apply(args.params, args.set_param)
-        checked = validate_all(edit.data, files=Path(args.params).resolve().parent)
-        from noisydml.pipeline.check import report_name_warnings
-
-        for warning in report_name_warnings(checked):
-            print(f"launch: warning: {warning}", file=sys.stderr)
-        if not args.dry:
-            edit.write()
-            print(f"launch: {args.params}: " + (f"set {', '.join(edit.changed_keys()) or 'nothing (same values)'}"
-                  if edit.careful else "rewritten in DVC's own form (as `dvc exp run -S` writes it: comments and "
-                  "anchors not kept), the values being ones our in-place edit cannot place"), flush=True)
+    edit = apply_overrides(args) if args.set_param else None
     runtime = runtime_settings(edit.data.get("runtime") if edit and args.dry else
                                read_params_file(args.params).get("runtime"))
-    from noisydml.numerics import usable_cores
-
     cores = usable_cores()
     jobs = args.jobs if args.jobs is not None else max(1, cores // max(1, runtime["threads"]))
     local_cpus = jobs * max(1, runtime["threads"]) * runtime["processes"]  # -j runs of the task size (stage_resources)
@@ -770,6 +752,33 @@ def main(argv: list[str] | None = None) -> int:
         with repo.lock:
             return dry_run(the_plan, durations, jobs if not args.address else None,
                            edit if edit is not None and edit.changed else None, root)
+    outcomes, interrupted = run_on_ray(args, repo, root, runtime, the_plan, durations, jobs, local_cpus, cores)
+    return finish(args, root, outcomes, time.time() - started, jobs, interrupted)
+
+
+def apply_overrides(args) -> Any:
+    """``-S``: a transaction: DVC's -S on a copy, the result validated whole (every problem at once), and only
+    then written, as a minimal edit of the file (comments and anchors kept); ``--dry`` writes nothing. Returns the
+    edit (:func:`noisydml.pipeline.overrides.apply`)."""
+    from noisydml.pipeline.check import report_name_warnings, validate_all
+    from noisydml.pipeline.overrides import apply
+
+    edit = apply(args.params, args.set_param)
+    checked = validate_all(edit.data, files=Path(args.params).resolve().parent)
+    for warning in report_name_warnings(checked):
+        print(f"launch: warning: {warning}", file=sys.stderr)
+    if not args.dry:
+        edit.write()
+        print(f"launch: {args.params}: " + (f"set {', '.join(edit.changed_keys()) or 'nothing (same values)'}"
+              if edit.careful else "rewritten in DVC's own form (as `dvc exp run -S` writes it: comments and "
+              "anchors not kept), the values being ones our in-place edit cannot place"), flush=True)
+    return edit
+
+
+def run_on_ray(args, repo, root: Path, runtime: dict, the_plan: Plan, durations: dict, jobs: int, local_cpus: int,
+               cores: int) -> tuple[list, bool]:
+    """Start Ray (a local instance, watched, or ``--address``'s cluster), run the plan's stale stages on it, shut
+    it down; returns the outcomes per stage and whether Ctrl-C / SIGTERM interrupted it."""
     if not args.address and (reaped := reap_ray_processes(root)):
         print(f"launch: killed {reaped} process(es) left by a launcher that died before shutting Ray down", flush=True)
     create_store(args.tracking_uri)
@@ -785,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     where = args.address or f"this machine, {jobs} at once"
     print(f"launch: {len(the_plan.order)} stages in the graph; Ray on {where}", flush=True)
+
     def echo(line: str) -> None:
         print(line, flush=True)
         if not args.address and line.startswith("running "):  # Ray starts agents and workers as stages start
@@ -809,7 +819,11 @@ def main(argv: list[str] | None = None) -> int:
             reap_ray_processes(root)  # what shutdown left (nothing, normally)
             os.close(watchdog_pipe)
             watchdog.wait(timeout=30)
-    wall = time.time() - started
+    return outcomes, interrupted
+
+
+def finish(args, root: Path, outcomes: list, wall: float, jobs: int, interrupted: bool) -> int:
+    """The summary table and file, the warnings; the exit status (130 interrupted, 1 a stage failed)."""
     print(summary_table(outcomes))
     write_summary(root, outcomes, wall, None if args.address else jobs, args.address)
     untracked = [o.stage for o in outcomes if o.tracking_warnings]
