@@ -284,7 +284,8 @@ def _cnwl_split(tree: Path, name: str) -> pd.DataFrame:
 
 
 def _cnwl_web(tree: Path) -> pd.DataFrame:
-    """The annotations' web images: ``name`` (id + ".jpg"), ``url``, ``annotated_label``, ``annotated_clean``."""
+    """The annotations, one row per web image and label it was annotated under: ``name`` (id + ".jpg"), ``url``,
+    ``annotated_label``, ``annotated_clean``."""
     import json
 
     with open(_need(_cnwl_find(tree, CNWL_ANNOTATIONS), "CNWL annotations")) as f:
@@ -293,7 +294,7 @@ def _cnwl_web(tree: Path) -> pd.DataFrame:
     return pd.DataFrame({"name": [f"{r['image/id']}.jpg" for r in rows], "url": [r["image/uri"] for r in rows],
                          "annotated_label": [int(r["image/class/label"]) for r in rows],
                          "annotated_clean": [bool(r["image/class/label/is_clean"]) for r in rows]}
-                        ).drop_duplicates("name")
+                        ).drop_duplicates(["name", "annotated_label"])
 
 
 def _cnwl_check(cfg: dict, where: str) -> None:
@@ -312,7 +313,7 @@ def _cnwl_urls(tree: Path, cfg: dict) -> pd.DataFrame:
     """The web images of the chosen level's training classes, fetched to ``web_images/<id>.jpg`` (the release
     lists thousands more; only these are used)."""
     split = _cnwl_split(tree, _cnwl_level_file(cfg))
-    web = _cnwl_web(tree)
+    web = _cnwl_web(tree).drop_duplicates("name")
     used = web[web["name"].isin(split.loc[split["label"] < CNWL_TRAIN_LABELS, "name"])]
     return pd.DataFrame({"url": used["url"], "label": used["annotated_label"].astype(str),
                          "path": [f"{CNWL_WEB}/{n}" for n in used["name"]]})
@@ -325,16 +326,14 @@ def _cnwl_layout(raw: Path, cfg: dict) -> pd.DataFrame:
     98..195. A web image not in ``web_images/`` (its link was dead: the download stage's ``fetched.csv`` says why)
     is left out."""
     split = _cnwl_split(raw, _cnwl_level_file(cfg))
-    web = _cnwl_web(raw).set_index("name")
+    web = _cnwl_web(raw)
+    verdict = {(n, lab): float(c) for n, lab, c in zip(web["name"], web["annotated_label"], web["annotated_clean"])}
     train = split[split["label"] < CNWL_TRAIN_LABELS]
-    is_web = train["name"].isin(web.index).to_numpy()
+    is_web = train["name"].isin(set(web["name"])).to_numpy()
     keep = ~is_web | np.array([(raw / CNWL_WEB / n).is_file() for n in train["name"]])
     train, is_web = train[keep], is_web[keep]
-    flags = np.ones(len(train))
-    for i, (name, label) in enumerate(zip(train["name"], train["label"])):
-        if is_web[i]:
-            entry = web.loc[name]
-            flags[i] = float(entry["annotated_clean"]) if entry["annotated_label"] == label else np.nan
+    flags = np.array([verdict.get((n, lab), np.nan) if w else 1.0
+                      for n, lab, w in zip(train["name"], train["label"], is_web)])
     originals = raw / cfg["original_images"]
     paths = [f"{CNWL_WEB}/{n}" if w else _rel(raw, originals / n) for n, w in zip(train["name"], is_web)]
     clean = pd.concat([_cnwl_split(raw, "red_noise_nl_0.0"), _cnwl_split(raw, "clean_validation")],
