@@ -59,6 +59,9 @@ class Benchmark:
     shared_classes: bool = False
     source: str = ""
     disk: str = ""
+    #: Its archives' (or fetched files') size in bytes, as published: the plan counts them twice (archives and
+    #: extracted files).
+    download_bytes: float = 0.0
     #: A list of image URLs fetched one by one into the files tree (CARS-98N): ``(list file, function(tree, cfg) ->
     #: DataFrame(url, path))``.
     url_list: tuple[str, Callable[[Path, dict], pd.DataFrame]] | None = None
@@ -383,6 +386,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         extract=("CUB_200_2011.tgz",),
         source="Caltech DATA; sha256 as recorded by TensorFlow Datasets for the same archive (1,150,585,339 bytes)",
         disk="1.2 GB archive + 1.2 GB extracted",
+        download_bytes=1.2e9,
     ),
     "cars196": Benchmark(
         "Cars196 (Stanford Cars)", CARS196_ARCHIVES, _cars196_layout,
@@ -390,6 +394,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         extract=("car_ims.tgz",), source="Stanford Cars (Krause et al. 2013): car_ims.tgz + cars_annos.mat; the "
                                           "original host is gone, no checksum is pinned",
         disk="1.9 GB archive + 1.9 GB extracted",
+        download_bytes=1.9e9,
     ),
     "sop": Benchmark(
         "Stanford Online Products",
@@ -399,6 +404,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         _sop_layout, {"train_samples": 59551, "test_samples": 60502, "train_classes": 11318, "test_classes": 11316},
         extract=("Stanford_Online_Products.zip",), source="Stanford (Oh Song et al. 2016)",
         disk="2.9 GB archive + 2.9 GB extracted",
+        download_bytes=5.8e9,
     ),
     "inshop": Benchmark(
         "In-Shop Clothes Retrieval (DeepFashion)",
@@ -409,6 +415,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                          "train_classes": 3997, "query_classes": 3985, "gallery_classes": 3985},
         extract=("img.zip",), source="DeepFashion In-shop (Liu et al. 2016), by request",
         disk="0.8 GB archive + 0.8 GB extracted",
+        download_bytes=3.1e9,
     ),
     "food101n": Benchmark(
         "Food-101N (+ Food-101 for testing)",
@@ -426,6 +433,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         source="Food-101N (verification flags kept as is_clean) and Food-101 (sha256 as recorded by TensorFlow "
                "Datasets)",
         disk="about 12 GB of archives + 12 GB extracted",
+        download_bytes=24e9,
         notes=("test_images 'all' (default) evaluates on every Food-101 image of the 51 test classes (51,000: the "
                "PRISM authors' FOOD_test.csv); 'test' on Food-101's test split only (12,750)",),
     ),
@@ -443,6 +451,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         min_counts={"train_samples": 9558},
         source="9,567 web image URLs with labels (PRISM's authors; many links die over time) + Cars196",
         disk="about 0.3 GB of images + Cars196's 3.8 GB",
+        download_bytes=1.2e9,
     ),
     "clothing1m": Benchmark(
         "Clothing1M",
@@ -453,6 +462,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         extract=("annotations.zip", *(f"{i}.tar" for i in range(10))), shared_classes=True,
         source="Clothing1M (Xiao et al. 2015), by request; its verified clean labels give is_clean",
         disk="about 40 GB of archives + 40 GB extracted",
+        download_bytes=80e9,
     ),
     "cnwl_cars": Benchmark(
         "CNWL Red Stanford Cars (web label noise, annotated per image)",
@@ -466,9 +476,10 @@ BENCHMARKS: dict[str, Benchmark] = {
                "fetched from their URLs (dead links recorded and left out); Stanford Cars' own images from a copy "
                "of the dataset; no checksum is published",
         disk="about 0.2 GB of web images + Stanford Cars' 1.9 GB",
+        download_bytes=2.1e9,
         notes=("the release publishes no image counts: only the class counts are checked",
-               "original_images: where in the files tree Stanford Cars' own images are, under the names the split files use (ours: "
-               "car_ims, car_ims.tgz's folder; the release does not say which copy of Stanford Cars it names)"),
+               "original_images: where in the files tree Stanford Cars' own images are, under the names the split "
+               "files use (ours: car_ims, car_ims.tgz's folder; the release does not say which copy it names)"),
         options={
             "noise_level": Field(float, 0.4, choices=CNWL_LEVELS,
                                  help="the release's red noise level: the share of training images replaced by "

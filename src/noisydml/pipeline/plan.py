@@ -66,9 +66,7 @@ INDEX_BYTES_PER_ROW = {"files": 271, "records": 54, "arrays": 60}
 #: at 200,000, 15.0 kB at 100,000): the centroid sums and unit vectors in float64, the candidate graph, the labels.
 #: Taken as linear in the rows from the largest size measured (a power-law fit gives 0.75: less at 10M).
 SGM_BYTES_PER_ROW = 10_700
-#: The published download sizes (docs/datasets.md) and, for the face sets, the size of insightface's train.rec.
-DATASET_DISK_BYTES = {"cub200": 1.2e9, "cars196": 1.9e9, "sop": 5.8e9, "inshop": 3.1e9, "food101n": 24e9,
-                      "cars98n": 1.2e9, "clothing1m": 80e9, "cnwl_cars": 2.1e9}
+#: The face sets: the size of insightface's train.rec (a benchmark's download size is its ``download_bytes``).
 FACE_REC_BYTES = {"ms1mv0": 52e9, "ms1m_refined": 20e9, "ms1mv2": 30e9, "ms1mv3": 27e9}
 #: Face evaluation sets (IJB-C's loose crops and meta files; the .bin sets): ~10 GB (estimated).
 FACE_EVAL_DISK_BYTES = 10e9
@@ -224,7 +222,9 @@ def _dataset_disk(params: dict, dataset: str) -> Figure:
         rec = FACE_REC_BYTES.get(cfg["release"], 0.0)
         return Figure(rec + FACE_EVAL_DISK_BYTES, f"{cfg['release']}'s train.rec (~{rec / 1e9:.0f} GB, estimated from "
                       "its images at ~5 kB a JPEG) + IJB-C and the .bin sets (~10 GB); read in place, not copied")
-    size = DATASET_DISK_BYTES.get(cfg["kind"], 0.0)
+    from noisydml.data.benchmarks import BENCHMARKS
+
+    size = BENCHMARKS[cfg["kind"]].download_bytes if cfg["kind"] in BENCHMARKS else 0.0
     return Figure(2 * size, f"{cfg['kind']}: the archives ({size / 1e9:.1f} GB, docs/datasets.md) and their "
                             "extracted files")
 
