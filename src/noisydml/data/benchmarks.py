@@ -316,9 +316,10 @@ def _cnwl_urls(tree: Path, cfg: dict) -> pd.DataFrame:
     """The web images of the chosen level's training classes, fetched to ``web_images/<id>.jpg`` (the release
     lists thousands more; only these are used)."""
     split = _cnwl_split(tree, _cnwl_level_file(cfg))
-    web = _cnwl_web(tree).drop_duplicates("name")
-    used = web[web["name"].isin(split.loc[split["label"] < CNWL_TRAIN_LABELS, "name"])]
-    return pd.DataFrame({"url": used["url"], "label": used["annotated_label"].astype(str),
+    web = _cnwl_web(tree)
+    url = dict(zip(web["name"], web["url"]))
+    used = split[(split["label"] < CNWL_TRAIN_LABELS) & split["name"].isin(url)].drop_duplicates("name")
+    return pd.DataFrame({"url": [url[n] for n in used["name"]], "label": used["label"].astype(str),
                          "path": [f"{CNWL_WEB}/{n}" for n in used["name"]]})
 
 

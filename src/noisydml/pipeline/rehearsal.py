@@ -255,8 +255,12 @@ def cnwl_cars(base_url: str) -> Miniature:
                      served)
 
 
+#: Per dataset kind, its miniature as a function of the local server's base URL (for images fetched by URL).
+MINIATURE_BUILDERS = {"cub200": lambda base_url: cub200(), "cars196": lambda base_url: cars196(),
+                      "sop": lambda base_url: sop(), "inshop": lambda base_url: inshop(),
+                      "food101n": lambda base_url: food101n(), "cars98n": cars98n, "cnwl_cars": cnwl_cars}
 #: The dataset kinds a rehearsal builds a miniature of (faces: synthetic identities written as insightface's files).
-MINIATURE_KINDS = ("cub200", "cars196", "sop", "inshop", "food101n", "cars98n", "cnwl_cars", "faces")
+MINIATURE_KINDS = (*MINIATURE_BUILDERS, "faces")
 #: The face miniature: identities, images and pairs enough for every protocol to score (the synthetic kind's
 #: generator at 32 px), and the batch's identities (the profiles' 256 would exceed them).
 FACE_MINIATURE = {"train_identities": 24, "images_per_identity": 6, "min_images": 4, "max_images": 8,
@@ -298,11 +302,10 @@ def why_not_rehearsable(profile: dict) -> str | None:
 
 
 def miniature(kind: str, base_url: str) -> Miniature:
-    builders = {"cub200": cub200, "cars196": cars196, "sop": sop, "inshop": inshop, "food101n": food101n,
-                "cars98n": lambda: cars98n(base_url), "cnwl_cars": lambda: cnwl_cars(base_url)}
-    if kind not in builders:
-        raise ValueError(f"no miniature of dataset kind {kind!r} yet; rehearsable kinds: {', '.join(builders)}")
-    return builders[kind]()
+    if kind not in MINIATURE_BUILDERS:
+        raise ValueError(f"no miniature of dataset kind {kind!r} yet; rehearsable kinds: "
+                         f"{', '.join(MINIATURE_BUILDERS)}")
+    return MINIATURE_BUILDERS[kind](base_url)
 
 
 @functools.lru_cache(maxsize=None)
