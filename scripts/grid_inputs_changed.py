@@ -3,10 +3,13 @@ still need regenerating.
 
 A fresh clone has no DVC cache, so `dvc status` calls every stage changed: their outputs are missing. What this
 asks is the question a shared DVC cache would answer: apart from outputs a stage makes, do the code, data files,
-params and commands the stages read equal those the lock was made from? Outputs that are missing, and
-dependencies that are (or hold, or lie inside) another stage's outputs, are left to the graph: they are equal when
-everything upstream is. A stage missing from the lock, a changed command, a changed params value, a changed or
-missing source file, or a committed output (reports/, metrics/) that differs from the lock's hash: changed.
+params and commands the stages read equal those the lock was made from? The digest stages run first (`dvc repro
+--single-item code_digests chain_code ...`: seconds, they train nothing) and are then left out: what a stage's code
+means is its code units (code/...), compared with the lock like a source file, so a comment edit is no change.
+Other outputs that are missing, and dependencies that are (or hold, or lie inside) another stage's outputs, are
+left to the graph: they are equal when everything upstream is. A stage missing from the lock, a changed command, a
+changed params value, a changed code unit or data file, or a committed output (reports/, metrics/) that differs
+from the lock's hash: changed.
 
 Exit status: 0 and a list of what changed when the results need regenerating; 3 when nothing changed (the lock
 covers the code); anything else (a crash) means "regenerate" to a caller, which is the safe reading.
@@ -19,6 +22,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from noisydml.pipeline.code_digests import DIGEST_STAGES
+from noisydml.pipeline.console import run_digest_stages
 from noisydml.pipeline.guard import is_data
 
 UNCHANGED = 3
@@ -26,15 +31,22 @@ UNCHANGED = 3
 ABSENT = ("deleted", "not in cache")
 
 
+def is_digest(stage_name: str) -> bool:
+    return stage_name.split("@")[0] in DIGEST_STAGES
+
+
 def made_by_stages(repo) -> list[str]:
-    """The paths stages write (their ``outs``), relative to the repository root."""
-    return [str(out.def_path).rstrip("/") for stage in repo.index.stages for out in stage.outs]
+    """The paths stages write (their ``outs``) but the digest stages', relative to the repository root."""
+    return [str(out.def_path).rstrip("/") for stage in repo.index.stages if not is_digest(stage.addressing)
+            for out in stage.outs]
 
 
 def changed_inputs(status: dict, outputs: list[str]) -> list[str]:
     """The lines of `dvc status --json` that are a change of some stage's own input, as ``stage: what``."""
     changes = []
     for stage, entries in status.items():
+        if is_digest(stage):
+            continue  # its dependencies are the source files' bytes; what they mean is its outputs
         for entry in entries:
             if isinstance(entry, str):  # "changed checksum", "always changed", a new stage, ...
                 changes.append(f"{stage}: {entry}")
@@ -59,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     from dvc.repo import Repo, lock_repo
 
+    run_digest_stages()
     with Repo(".") as repo, lock_repo(repo):  # `dvc status --json`'s own call, on the index loaded once
         outputs = made_by_stages(repo)
         stages = len(repo.index.stages)

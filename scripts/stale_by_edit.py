@@ -5,18 +5,20 @@
     python scripts/stale_by_edit.py --repo PATH     # another checkout (e.g. an older commit's clone)
 
 For each edit: clone the repository (its committed state) into a temporary folder, run ``dvc status --json``,
-make the edit, run the digest stages where dvc.yaml has them (``method_code``: each method's code; ``chain_code``:
-a tuned chain's lineage; they decide which training stages see an edit, and train nothing), then ``dvc status
---json`` again. A stage counts as stale when the edit added an entry to its status: a dependency or a params key
+make the edit, run the digest stages where dvc.yaml has them (``code_digests``: what each stage script, method and
+study runs, by meaning; ``chain_code``: a tuned chain's lineage; ``method_code`` in older commits; they decide which
+stages see an edit, and train nothing), then ``dvc status --json`` again. A stage counts as stale when the edit added an entry to its status: a dependency or a params key
 changed. Comparing with the status before the edit leaves out what a clone lacks anyway (outputs that are not in
 git are reported as deleted in both).
 
-The edits are the issue's table (tests/test_stage_scope.py asserts the same on a grid with every template on).
+The edits are the table of docs/extending.md (tests/test_stage_scope.py asserts the same on a grid with every
+template on). "A change" appends a module-level assignment: what any change of behaviour does to a file's digest.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -26,10 +28,16 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from dvc.utils.serialize import modify_yaml
+
+from noisydml.pipeline.code_digests import DIGEST_STAGES as CURRENT_DIGEST_STAGES
+
 REPO = Path(__file__).resolve().parents[1]
-#: The stages that digest what a training stage runs (dvc.yaml: each method's code, a tuned chain's lineage); they
-#: train nothing, and are run before the status is read (absent before they were introduced).
-DIGEST_STAGES = ("method_code", "chain_code")
+#: The stages that digest what a stage runs (dvc.yaml: code units, a tuned chain's lineage; ``method_code`` in older
+#: commits); they train nothing, and are run before the status is read.
+DIGEST_STAGES = (*CURRENT_DIGEST_STAGES, "method_code")
+#: A change of behaviour (a new module-level name): a comment or a docstring changes no digest.
+A_CHANGE = "\n_A_CHANGE = 1\n"
 
 NEW_PML_METHOD = '''"""``lifted``: a pytorch-metric-learning baseline added by the stale-stages measurement (not a real method)."""
 
@@ -58,37 +66,81 @@ def _new_pml_method(root: Path) -> None:
     assert anchor in text, "params.yaml has no top-level methods section"
     params.write_text(text.replace(anchor, anchor + "  lifted:\n    loss: {neg_margin: 1.0, pos_margin: 0.0}\n"
                                    "    lr_multiplier: 1.0\n", 1))
-    pyproject = root / "pyproject.toml"  # the method-independence contract lists every method module
-    pyproject.write_text(pyproject.read_text().replace('"noisydml.methods.contrastive",',
-                                                       '"noisydml.methods.contrastive", "noisydml.methods.lifted",'))
 
 
-def _set_runtime(key: str, value: str) -> Callable[[Path], None]:
+def _new_study_with_runs(root: Path) -> None:
+    """The route docs/extending.md gives for a study with runs of its own: its module, its stage template in
+    dvc.yaml, its params section (here SGPS's, renamed: what DVC sees is the same)."""
+    studies = root / "src/noisydml/studies"
+    (studies / "another.py").write_text((studies / "sgps.py").read_text().replace("sgps_ablation", "another_ablation")
+                                        .replace('name="sgps"', 'name="another"'))
+    dvc_yaml = root / "dvc.yaml"
+    text = dvc_yaml.read_text()
+    start = text.index("  train_sgps_ablation:")
+    block = text[start:text.index("\n\n", start)]
+    new = (block.replace("sgps_ablation", "another_ablation").replace("--study sgps", "--study another")
+           .replace("code/studies/sgps.json", "code/studies/another.json").replace("/sgps_${", "/another_${"))
+    dvc_yaml.write_text(text.replace(block, block + "\n\n" + new, 1))
+    with modify_yaml(root / "params.yaml") as params:  # DVC's own round trip: the other keys as written
+        params["figures"]["another_ablations"] = copy.deepcopy(params["figures"]["sgps_ablations"])
+
+
+def _new_benchmark(root: Path) -> None:
+    """The route docs/extending.md gives for a benchmark: an entry of BENCHMARKS and its params entry (here CUB's,
+    renamed), no grid naming it."""
+    with open(root / "src/noisydml/data/benchmarks.py", "a") as f:
+        f.write('\nBENCHMARKS["cub200_copy"] = BENCHMARKS["cub200"]\n')
+    with modify_yaml(root / "params.yaml") as params:
+        params["datasets"]["cub_copy"] = {**copy.deepcopy(params["datasets"]["cub"]), "kind": "cub200_copy"}
+
+
+def _set_param(section: str, key: str, value: str) -> Callable[[Path], None]:
+    """Set ``section.key`` (a key of a top-level section, written on one line) in params.yaml, keeping its comment."""
     def edit(root: Path) -> None:
         params = root / "params.yaml"
         lines = params.read_text().splitlines(keepends=True)
         inside = False
         for i, line in enumerate(lines):
-            if line.startswith("runtime:"):
+            if line.startswith(f"{section}:"):
                 inside = True
             elif inside and line.startswith(f"  {key}:"):
                 comment = line.split("#", 1)[1] if "#" in line else "\n"
                 lines[i] = f"  {key}: {value}  #{comment}" if "#" in line else f"  {key}: {value}\n"
                 break
-            elif inside and line.strip() and not line.startswith(" "):
-                raise SystemExit(f"params.yaml: runtime.{key} not found")
+            elif inside and line.strip() and not line.startswith((" ", "#")):
+                raise SystemExit(f"params.yaml: {section}.{key} not found")
         params.write_text("".join(lines))
     return edit
 
 
-#: The issue's edits: (label, edit of a clone's working tree).
+def _comment_everywhere(root: Path) -> None:
+    """A comment, a blank line and a reworded module docstring in every source file and stage script."""
+    for path in sorted((root / "src" / "noisydml").rglob("*.py")) + sorted((root / "stages").glob("*.py")):
+        text = path.read_text()
+        for quote in ('"""', "'''"):
+            if text.startswith(quote):
+                text = quote + "Reworded. " + text[len(quote):]
+                break
+        path.write_text(text + "\n# a comment\n\n")
+
+
+#: The edits: (label, edit of a clone's working tree).
 EDITS: list[tuple[str, Callable[[Path], None]]] = [
-    ("a comment in tuning.py", _append("src/noisydml/tuning.py", "# a comment\n")),
-    ("a comment in SGPS's parts file", _append("src/noisydml/methods/parts/sgps.py", "# a comment\n")),
+    ("comments and docstrings in every source file and stage script", _comment_everywhere),
+    ("a change in tuning.py", _append("src/noisydml/tuning.py", A_CHANGE)),
+    ("a change in SGPS's parts file", _append("src/noisydml/methods/parts/sgps.py", A_CHANGE)),
     ("a new method over a PML loss (grid.methods unchanged)", _new_pml_method),
-    ("a comment in pipeline/check.py", _append("src/noisydml/pipeline/check.py", "# a comment\n")),
-    ("a comment in reporting/figures.py", _append("src/noisydml/reporting/figures.py", "# a comment\n")),
-    ("runtime.amp: bfloat16", _set_runtime("amp", "bfloat16")),
+    ("a new study with runs (module, stage template, params section)", _new_study_with_runs),
+    ("a new benchmark (an entry of benchmarks.py, its params entry)", _new_benchmark),
+    ("a change in pipeline/check.py", _append("src/noisydml/pipeline/check.py", A_CHANGE)),
+    ("a change in reporting/figures.py", _append("src/noisydml/reporting/figures.py", A_CHANGE)),
+    ("a change in the trainer loop (engine/trainer.py)", _append("src/noisydml/engine/trainer.py", A_CHANGE)),
+    ("a change in one dataset kind (data/faces.py)", _append("src/noisydml/data/faces.py", A_CHANGE)),
+    ("a change in the report section's schema (pipeline/report_params.py)",
+     _append("src/noisydml/pipeline/report_params.py", A_CHANGE)),
+    ("a change in the shared sections' schema (config.py)", _append("src/noisydml/config.py", A_CHANGE)),
+    ("evaluate.max_k: 1000", _set_param("evaluate", "max_k", "1000")),
+    ("runtime.amp: bfloat16", _set_param("runtime", "amp", "bfloat16")),
 ]
 
 

@@ -1,4 +1,4 @@
-"""dvc.yaml declares exactly the code each stage runs; import layering; no hidden defaults in params.yaml."""
+"""Each stage depends on the code units it runs (digested by meaning); import layering; no hidden defaults in params.yaml."""
 
 import re
 import subprocess
@@ -15,41 +15,77 @@ stage_deps = load_script("stage_deps")
 DVC = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
 
 
-def _declared_code(stage: dict) -> set[str]:
-    body = stage.get("do", stage)
-    files = set()
-    for dep in body["deps"]:
-        if not dep.startswith(("src/", "stages/")):
-            continue
-        path = REPO / dep
-        files.update(stage_deps.relative(path.rglob("*.py")) if path.is_dir() else [dep])
-    return files
-
-
 def _method_names():
     from noisydml.methods import method_names
 
     return method_names()
 
 
-@pytest.mark.parametrize("name", ["download", "prepare", "pretrain", "corrupt", "corrupt_from_run", "method_code",
-                                  "evaluate", "report"])
-def test_stage_declares_exactly_the_code_it_imports(name):
-    script = stage_deps.script_of(DVC[name].get("do", DVC[name]))
-    # evaluate and report import every study by name (a folder dep in dvc.yaml)
-    studies = stage_deps.study_modules() if stage_deps.STUDIES in DVC[name].get("do", DVC[name])["deps"] else []
-    imported = set(stage_deps.relative(stage_deps.closure(REPO / "stages" / f"{script}.py", *studies)))
-    if stage_deps.METHODS in DVC[name].get("do", DVC[name])["deps"]:  # method_code reads every method's file
-        imported |= set(stage_deps.relative((REPO / stage_deps.METHODS).rglob("*.py")))
-    declared = _declared_code(DVC[name])
-    assert declared - imported == set(), f"{name}: declared in dvc.yaml but never imported"
-    assert imported - declared == set(), f"{name}: imported but not declared in dvc.yaml (a change would not re-run it)"
+#: A code unit as a stage declares it: ``code/<kind>/<name>.json``, or the folder of every study's.
+CODE_UNIT = re.compile(r"^code/(stages|methods|studies)/(.+)\.json$")
 
 
-def test_dvc_yaml_code_deps_are_up_to_date(tmp_path):
-    copy = tmp_path / "dvc.yaml"
-    copy.write_text((REPO / "dvc.yaml").read_text())
-    assert not stage_deps.update_dvc_yaml(copy), "run `python scripts/stage_deps.py --update-dvc-yaml`"
+@pytest.mark.parametrize("name", sorted(DVC))
+def test_a_stage_depends_on_its_scripts_code_unit_and_on_no_source_file(name):
+    """Every stage's code dependency is its script's unit (code/stages/<script>.json, what the code_digests stage
+    writes: its files digested by meaning); a study's run also on that study's unit; none on a file or folder of
+    src/ or stages/ (their bytes change with a comment), but the code_digests stage, which reads them."""
+    body = DVC[name].get("do", DVC[name])
+    deps = body["deps"]
+    if name == "code_digests":
+        assert deps == ["src/noisydml", "stages"]
+        assert body["outs"] == ["code/stages", "code/methods", "code/studies"]
+        return
+    assert not [d for d in deps if d.startswith(("src/", "stages/"))], "depend on a code unit, not a source file"
+    script = stage_deps.script_of(body)
+    assert f"code/stages/{script}.json" in deps
+    units = [m.groups() for d in deps if (m := CODE_UNIT.match(d))]
+    assert [n for kind, n in units if kind == "stages"] == [script]
+    from noisydml.studies import study_names
+
+    assert {n for kind, n in units if kind == "studies"} <= set(study_names())
+    study = re.search(r"--study (\w+)", body["cmd"])
+    if study:  # a study's run imports its study's module by name
+        assert f"code/studies/{study.group(1)}.json" in deps
+
+
+def test_the_stages_that_read_every_study_depend_on_every_studys_unit():
+    """evaluate and report import every study by name: they depend on the folder of study units."""
+    for name in ("evaluate", "report"):
+        assert "code/studies" in DVC[name].get("do", DVC[name])["deps"], name
+
+
+def test_a_stage_scripts_unit_is_its_import_closure_and_its_sections_owners(tmp_path, monkeypatch):
+    """code/stages/<script>.json names the files the script imports (closure), and the modules validating the
+    params sections it loads (imported by name): report's holds its own section's owner, report_params."""
+    from noisydml.closure import closure, file_name
+    from noisydml.pipeline.code_digests import code_unit, unit_names
+
+    monkeypatch.chdir(REPO)
+    assert set(unit_names("stages")) == {p.stem for p in (REPO / "stages").glob("*.py")}
+    train = code_unit("stages", "train")["files"]
+    assert {file_name(p) for p in closure(REPO / "stages" / "train.py")} <= set(train)
+    assert "stages/train.py" in train and "noisydml/engine/trainer.py" in train
+    assert "noisydml/pipeline/report_params.py" not in train  # report's section: the report stage's alone
+    assert "noisydml/pipeline/report_params.py" in code_unit("stages", "report")["files"]
+
+
+def test_a_digest_follows_meaning_not_bytes(tmp_path, monkeypatch):
+    """A comment, a docstring, a bare string or a layout edit changes no file's digest; a changed constant, name or
+    statement does."""
+    from noisydml.closure import file_digests
+
+    def digest_of(text):
+        (tmp_path / "m.py").write_text(text)
+        return file_digests([tmp_path / "m.py"])
+
+    monkeypatch.chdir(tmp_path)
+    base = digest_of('"""Doc."""\n\ndef f(x):\n    """Eq. (3)."""\n    return x + 1\n')
+    assert digest_of('"""Other doc."""\n# a comment\ndef f( x ):  # why\n    """Eq. (4)."""\n\n    "note"\n'
+                     '    return (x + 1)\n') == base
+    assert digest_of('"""Doc."""\n\ndef f(x):\n    return x + 2\n') != base
+    assert digest_of('"""Doc."""\n\ndef g(x):\n    return x + 1\n') != base
+    assert digest_of('"""Doc."""\n\ndef f(x):\n    """Eq. (3)."""\n') != base  # body gone: pass
 
 
 #: A method's code file, or a tuned chain's lineage file, as a stage declares it.
@@ -86,7 +122,7 @@ def test_the_training_stages_are_found_in_dvc_yaml():
 @pytest.mark.parametrize("stage", sorted(TRAINING_STAGES))
 def test_a_training_stage_depends_on_its_methods_code_file_and_on_no_method_source(stage):
     """A stage that trains a method depends on that method's code file (code/methods/<method>.json: its module and
-    the parts it imports, digested by the method_code stage), never on methods/ or methods/parts itself; a tuned
+    the parts it imports, digested by the code_digests stage), never on methods/ or methods/parts itself; a tuned
     chain, whose method DVC's templates cannot look up, on its lineage's file (code/chains/..., the chain_code
     stage's: its chains, their methods' hyper-parameters and code files), and on neither methods nor chains."""
     body = DVC[stage].get("do", DVC[stage])
@@ -98,19 +134,19 @@ def test_a_training_stage_depends_on_its_methods_code_file_and_on_no_method_sour
     assert set(sources) <= {"src/noisydml/methods/__init__.py", "src/noisydml/methods/base.py"}, sources
 
 
-def test_code_methods_holds_each_methods_code_as_the_method_code_stage_writes_it(tmp_path):
-    """The committed code/methods/ is what `dvc repro method_code` writes for this code (else run it), and each
-    method's file names exactly the package files its module imports: its parts, never another method's module."""
-    from noisydml.pipeline.method_code import method_code, write_method_code
+def test_a_methods_unit_names_its_module_and_parts_never_another_methods(monkeypatch):
+    """code/methods/<method>.json names exactly the package files the method's module imports: its parts, never
+    another method's module, directly or through a part (so an edit of one method re-trains that method's runs
+    only). This is the methods' independence rule, checked on the closure that decides what re-runs: a new method
+    is its file and its params entry, no list to extend."""
+    from noisydml.closure import closure
+    from noisydml.pipeline.code_digests import code_unit
 
-    write_method_code(tmp_path / "methods")
-    fresh = {p.name: p.read_text() for p in sorted((tmp_path / "methods").glob("*.json"))}
-    committed = {p.name: p.read_text() for p in sorted((REPO / "code" / "methods").glob("*.json"))}
-    assert committed == fresh, "run `dvc repro method_code` (code/methods/ is not up to date)"
+    monkeypatch.chdir(REPO)
     for name in _method_names():
-        files = set(method_code(name)["files"])
+        files = set(code_unit("methods", name)["files"])
         imported = {str(p.relative_to(REPO / "src")) for p in
-                    stage_deps.closure(REPO / "src" / "noisydml" / "methods" / f"{name}.py")}
+                    closure(REPO / "src" / "noisydml" / "methods" / f"{name}.py")}
         assert files == imported, name
         others = {f"noisydml/methods/{m}.py" for m in _method_names() if m != name}
         assert not files & others, name
@@ -157,22 +193,12 @@ def test_the_runtime_keys_that_change_results_are_declared_where_they_do(name):
         assert declared == set()
 
 
-def test_import_layers_and_method_independence_hold():
+def test_import_layers_hold():
     """The import-linter contracts in pyproject.toml (no cycles; layers import downwards only)."""
     lint = Path(sys.executable).parent / "lint-imports"
     proc = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 broken" in proc.stdout
-
-
-def test_the_method_independence_contract_lists_every_method():
-    """A method module added to the catalog is covered by the independence contract at once."""
-    import tomllib
-
-    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    independence = [c for c in contracts if c["type"] == "independence" and "method" in c["name"]]
-    assert len(independence) == 1
-    assert sorted(independence[0]["modules"]) == [f"noisydml.methods.{m}" for m in sorted(_method_names())]
 
 
 def test_every_schema_key_is_written_in_params_yaml():

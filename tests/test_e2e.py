@@ -291,7 +291,7 @@ def _changed_stages(root, env):
 
 
 def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages(repo):
-    """After the method_code stage has digested the edit (a new method file, or an edit of one), `dvc status` names
+    """After the code_digests stage has digested the edit (a new method file, or an edit of one), `dvc status` names
     exactly the stages that train the methods whose code changed."""
     root, env, _ = repo
     methods = root / "src" / "noisydml" / "methods"
@@ -303,7 +303,7 @@ def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages
     params["methods"]["my_new_method"] = params["methods"]["ms"]
     params_path.write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        assert _changed_stages(root, env) == ["method_code"]  # its dependency, methods/, changed
+        assert _changed_stages(root, env) == ["code_digests"]  # its dependency, src/noisydml, changed
         assert _changed_after_digest(root, env) == []
     finally:
         (methods / "my_new_method.py").unlink()
@@ -320,35 +320,44 @@ def test_adding_a_method_re_runs_nothing_and_editing_one_re_runs_only_its_stages
 
 def test_a_study_or_the_report_changes_no_grid_run(repo):
     """Editing a study's check and the report, and adding a study, leave every grid and chained train stage clean
-    in `dvc status` (one status for the three edits; tests/test_runs.py checks each study's reach on DVC's own
-    resolution of dvc.yaml)."""
+    in `dvc status` once digested (one status for the three edits; tests/test_runs.py checks each study's reach on
+    DVC's own resolution of dvc.yaml)."""
     root, env, _ = repo
     src = root / "src" / "noisydml"
     edited = [src / "studies" / "sgps.py", src / "reporting" / "tables.py"]
     texts = [path.read_text() for path in edited]
     new = src / "studies" / "another_paper.py"
     for path, text in zip(edited, texts):
-        path.write_text(text + "\n# an edit\n")
+        path.write_text(text + AN_EDIT)
     new.write_text('from noisydml.studies.base import Study\n\n'
                    'STUDY = Study(name="another_paper", title="Another paper", report=lambda ctx: ["## Another"])\n')
     try:
-        assert _changed_stages(root, env) == ["evaluate@glyphs", "report"]
+        assert _changed_after_digest(root, env) == ["evaluate@glyphs", "report"]
     finally:
         new.unlink()
         for path, text in zip(edited, texts):
             path.write_text(text)
+    assert _changed_after_digest(root, env) == []
+
+
+#: An edit that changes what a module does (a new module-level name): a comment no longer re-runs anything.
+AN_EDIT = "\n_AN_EDIT = 1\n"
 
 
 def _changed_after_digest(root, env):
-    """The stages `dvc status` calls changed once the method_code stage has digested the methods' code."""
-    _run([sys.executable, "-m", "dvc", "repro", "--single-item", "method_code"], root, env)
-    return _changed_stages(root, env)
+    """The stages `noisydml status` calls changed: `dvc status` once the digest stages have digested the code."""
+    out = subprocess.run([sys.executable, "-m", "noisydml.pipeline.console", "status", "--json"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "digest stages run: code_digests" in out.stderr
+    return sorted(json.loads(out.stdout or "{}"))
 
 
 def _changed_after_editing(path, root, env):
-    """The stages `dvc status` calls changed while ``path`` carries an edit (then restored), once digested."""
+    """The stages `dvc status` calls changed while ``path`` carries a change of behaviour (then restored), once
+    digested."""
     text = path.read_text()
-    path.write_text(text + "\n# an edit\n")
+    path.write_text(text + AN_EDIT)
     try:
         return _changed_after_digest(root, env)
     finally:

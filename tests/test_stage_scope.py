@@ -1,7 +1,7 @@
 """A change re-runs what it touches, and only that: each edit of the issue's table, made in a copy of this repository
 whose grid instantiates every template of dvc.yaml, marks exactly the stages whose behaviour can change, as DVC
-itself reports it (`dvc status`, after the digest stages have run: `method_code`, each method's code, and `chain_code`, a tuned
-chain's lineage; they train nothing).
+itself reports it (`dvc status`, after the digest stages have run: `code_digests`, what each stage script, method and
+study runs, by meaning, and `chain_code`, a tuned chain's lineage; they train nothing).
 
 The copy's dvc.lock is recorded by `dvc commit` over placeholder outputs (training would take minutes): what DVC
 compares after an edit is the dependencies and params, which are real. scripts/stale_by_edit.py measures the same
@@ -57,7 +57,7 @@ def _placeholder(path):
 @pytest.fixture(scope="module")
 def committed(tmp_path_factory):
     """A copy of the repository with every template on, its lock recorded by `dvc commit`; and its environment
-    (its own package first on PYTHONPATH, so the method_code stage digests the copy's code)."""
+    (its own package first on PYTHONPATH, so the code_digests stage digests the copy's code)."""
     root = tmp_path_factory.mktemp("scope") / "repo"
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     for name in tracked:
@@ -69,7 +69,7 @@ def committed(tmp_path_factory):
     apply_overrides(root / "params.yaml", EVERY_TEMPLATE)
     Repo.init(root, no_scm=True)
     env = {**stage_env(), "PYTHONPATH": str(root / "src")}
-    run_checked(["dvc", "repro", "method_code", "chain_code"], root, env)
+    run_checked(["dvc", "repro", "code_digests", "chain_code"], root, env)
     with Repo(root) as repo:
         stages = list(repo.index.stages)
         for stage in stages:
@@ -83,7 +83,7 @@ def committed(tmp_path_factory):
     run_checked(["dvc", "commit", "--force", "--quiet"], root, env)
     assert subprocess.run(["dvc", "status", "--quiet"], cwd=root, env=env).returncode == 0
     templates = {name.split("@")[0] for name in names}
-    assert templates >= {"download", "prepare", "pretrain", "corrupt", "corrupt_from_run", "method_code", "chain_code",
+    assert templates >= {"download", "prepare", "pretrain", "corrupt", "corrupt_from_run", "code_digests", "chain_code",
                          "train",
                          "train_on_run_noise", "train_embedding_size", "train_bspml_cell", "train_sgps_ablation",
                          "evaluate", "train_chain", "tune", "train_tuned", "tune_chain", "train_tuned_chain", "timing",
@@ -100,16 +100,22 @@ def _stale(committed, tmp_path, label):
     return set(stale), names
 
 
-def test_a_comment_in_tuning_re_runs_the_tune_stages_and_the_tuned_runs_only(committed, tmp_path):
-    stale, names = _stale(committed, tmp_path, "a comment in tuning.py")
+def test_comments_and_docstrings_everywhere_re_run_nothing(committed, tmp_path):
+    """Every source file and stage script at once (each file's digest is its own: none alone re-runs anything)."""
+    stale, _ = _stale(committed, tmp_path, "comments and docstrings in every source file and stage script")
+    assert stale == set()
+
+
+def test_a_change_in_tuning_re_runs_the_tune_stages_and_the_tuned_runs_only(committed, tmp_path):
+    stale, names = _stale(committed, tmp_path, "a change in tuning.py")
     assert stale == {n for n in names if n.split("@")[0] in ("tune", "tune_chain", "train_tuned", "train_tuned_chain")}
 
 
-def test_a_comment_in_sgps_parts_re_runs_the_sgps_family_only(committed, tmp_path):
+def test_a_change_in_sgps_parts_re_runs_the_sgps_family_only(committed, tmp_path):
     """The SGPS runs (grid, run-sourced noise, its ablation, the chains that train sgps: the posterior data clean's
     stage 3 and its equal-budget control); not PRISM (whose parts SGPS imports, not the other way), not evaluate (it
     re-runs when a run's folder changes: what depends on them)."""
-    stale, names = _stale(committed, tmp_path, "a comment in SGPS's parts file")
+    stale, names = _stale(committed, tmp_path, "a change in SGPS's parts file")
     assert stale == {"train@glyphs-sym50-sgps-0", "train_on_run_noise@glyphs-sc50_ms-sgps-0",
                      "train_sgps_ablation@both-0", "train_chain@sgps_posterior", "train_chain@sgps_from_prism"}
 
@@ -119,18 +125,40 @@ def test_a_new_pml_method_re_runs_nothing(committed, tmp_path):
     assert stale == set()
 
 
+def test_a_new_study_with_runs_re_runs_evaluate_and_the_report_only(committed, tmp_path):
+    """A study with runs is its module, its stage template in dvc.yaml and its params section: no grid, chained or
+    other study's run re-trains; its own run is new."""
+    stale, _ = _stale(committed, tmp_path, "a new study with runs (module, stage template, params section)")
+    assert stale == {"evaluate@glyphs", "report", "train_another_ablation@both-0"}
+
+
+def test_a_new_benchmark_re_runs_no_training(committed, tmp_path):
+    """A benchmark is an entry of benchmarks.py and its params entry: the download and prepare stages (whose code
+    holds every benchmark; their outputs stay the same, so nothing after them re-runs) and the report (it reads
+    the datasets section for the names of datasets)."""
+    stale, _ = _stale(committed, tmp_path, "a new benchmark (an entry of benchmarks.py, its params entry)")
+    assert stale == {"download@glyphs", "prepare@glyphs", "report"}
+
+
 def test_a_cross_section_rule_re_runs_nothing(committed, tmp_path):
-    stale, _ = _stale(committed, tmp_path, "a comment in pipeline/check.py")
+    stale, _ = _stale(committed, tmp_path, "a change in pipeline/check.py")
     assert stale == set()
 
 
-def test_a_comment_in_the_figures_re_runs_the_report_only(committed, tmp_path):
-    stale, _ = _stale(committed, tmp_path, "a comment in reporting/figures.py")
+def test_a_change_in_the_figures_re_runs_the_report_only(committed, tmp_path):
+    stale, _ = _stale(committed, tmp_path, "a change in reporting/figures.py")
     assert stale == {"report"}
+
+
+TRAINING = ("train", "train_on_run_noise", "train_embedding_size", "train_bspml_cell", "train_sgps_ablation",
+            "train_chain", "tune", "train_tuned", "tune_chain", "train_tuned_chain", "timing")
 
 
 def test_amp_re_runs_every_training_stage_and_nothing_else(committed, tmp_path):
     stale, names = _stale(committed, tmp_path, "runtime.amp: bfloat16")
-    training = ("train", "train_on_run_noise", "train_embedding_size", "train_bspml_cell", "train_sgps_ablation",
-                "train_chain", "tune", "train_tuned", "tune_chain", "train_tuned_chain", "timing")
-    assert stale == {n for n in names if n.split("@")[0] in training}
+    assert stale == {n for n in names if n.split("@")[0] in TRAINING}
+
+
+def test_a_change_in_the_trainer_loop_re_runs_every_training_stage_and_nothing_else(committed, tmp_path):
+    stale, names = _stale(committed, tmp_path, "a change in the trainer loop (engine/trainer.py)")
+    assert stale == {n for n in names if n.split("@")[0] in TRAINING}

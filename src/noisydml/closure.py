@@ -1,11 +1,13 @@
-"""The package files a piece of code runs: its import closure, read from the source (no import is executed).
+"""The package files a piece of code runs (its import closure, read from the source: no import is executed), and
+what each of them means.
 
-The DVC stages' code dependencies (``scripts/stage_deps.py`` writes them into dvc.yaml), each method's code
-(``stages/method_code.py`` -> ``code/methods/<method>.json``, what a train stage depends on) and the fingerprint
-that decides whether a killed run may resume (:func:`digest`) all come from here, so all three name the same
-files. The closure follows every ``import noisydml...`` / ``from noisydml... import ...`` statement, at module level
-or inside functions, and the package ``__init__`` files Python runs on the way. A module imported by name at run
-time (a method, a study, a params section's owner) is added by whoever imports it so.
+The code units the DVC stages depend on (:mod:`noisydml.pipeline.code_digests` -> ``code/stages``, ``code/methods``,
+``code/studies``) and the fingerprint that decides whether a killed run may resume (:func:`digest`) all come from
+here, so both name the same files and digest them the same way: by :func:`meaning`, so that a comment, a docstring
+or a layout edit changes no digest and re-runs nothing. The closure follows every ``import noisydml...`` / ``from
+noisydml... import ...`` statement, at module level or inside functions, and the package ``__init__`` files Python
+runs on the way. A module imported by name at run time (a method, a study, a params section's owner) is added by
+whoever imports it so.
 """
 
 from __future__ import annotations
@@ -71,14 +73,36 @@ def module_closure(*modules: str) -> set[Path]:
     return closure(*files)
 
 
-def file_digests(paths, root: Path = SRC) -> dict[str, str]:
-    """``{path relative to root: sha256 of its bytes}``, sorted by path."""
-    rel = {str(Path(p).resolve().relative_to(root)): Path(p) for p in paths}
-    return {name: hashlib.sha256(rel[name].read_bytes()).hexdigest() for name in sorted(rel)}
+def meaning(path: Path) -> str:
+    """What a Python file does, as text: its syntax tree re-printed (:func:`ast.unparse`) without the statements that
+    are only a string (docstrings; ``__doc__`` becomes None, which only ``--help`` texts read). Comments, docstrings
+    and layout are gone; every statement, name and other constant stays, so any edit that can change behaviour
+    changes the text. Our choice: the printed tree depends on the Python version (3.11 here, the lock file's)."""
+    tree = ast.parse(Path(path).read_text(), str(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                            and isinstance(s.value.value, str))]
+            node.body = kept or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def file_name(path: Path) -> str:
+    """How a digest names a file: relative to :data:`SRC` for the package's (``noisydml/io.py``), else to the working
+    directory (a stage script: ``stages/train.py``; stages run at the repository's root)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(SRC if path.is_relative_to(SRC) else Path.cwd().resolve()))
+
+
+def file_digests(paths) -> dict[str, str]:
+    """``{file name: sha256 of its meaning}`` (:func:`file_name`, :func:`meaning`), sorted by name."""
+    named = {file_name(p): Path(p) for p in paths}
+    return {name: hashlib.sha256(meaning(named[name]).encode()).hexdigest() for name in sorted(named)}
 
 
 def digest(paths) -> str:
-    """One sha256 over files' paths (relative to :data:`SRC`) and bytes: a resumed run needs the same code."""
+    """One sha256 over files' names and meanings: a resumed run needs code that does the same."""
     total = hashlib.sha256()
     for name, sha in file_digests(paths).items():
         total.update(f"{name}\0{sha}\0".encode())

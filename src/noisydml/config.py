@@ -54,6 +54,10 @@ TRAIN_SCHEMA: dict[str, Field] = {
     "optimizer": Field(dict, {"name": "adam", "lr": 1e-3, "weight_decay": 1e-4}),
     "schedule": Field(dict, {"name": "cosine", "warmup_epochs": 0}),
     "eval_every": Field(int, 1, min=0, help="epochs between test-set monitoring; 0 = final epoch only"),
+    "monitor_max_k": Field(int, 1023, min=1,
+                           help="ours (evaluate.max_k's default): cap on neighbours retrieved for the monitor's "
+                                "MAP@R and R-Precision curves (monitoring only: never selects; evaluate.max_k is the "
+                                "evaluate stage's, so changing it re-trains nothing)"),
     "test_check_every_steps": Field(int, 0, min=0,
                                     help="ours: a test-P@1 check every N optimisation steps (0 = none), for the "
                                          "test-selected [best on test] figure only, as the PRISM authors' code "

@@ -198,7 +198,7 @@ class Trainer:
         (monitoring only: never selects)."""
         row: dict[str, float] = {}
         job, evaluate = self.job, self.job.spec.evaluate
-        settings = dict(recall_at=(1,), nmi=False, include=MONITOR_METRICS, max_k=evaluate["max_k"],
+        settings = dict(recall_at=(1,), nmi=False, include=MONITOR_METRICS, max_k=job.spec.train["monitor_max_k"],
                         device=evaluate["device"])
         if job.val_set is not None:
             val = retrieval_metrics(fit.embed_retrieval(job.val_set.images), job.val_set.labels, **settings)
@@ -217,7 +217,8 @@ class Trainer:
         job, evaluate = self.job, self.job.spec.evaluate
         metrics = retrieval_metrics(fit.embed_retrieval(job.test_set.images), job.test_set.labels,
                                     query_mask=job.test_set.query_mask, recall_at=(1,), nmi=False,
-                                    include=("precision_at_1",), max_k=evaluate["max_k"], device=evaluate["device"])
+                                    include=("precision_at_1",), max_k=job.spec.train["monitor_max_k"],
+                                    device=evaluate["device"])
         return float(metrics["precision_at_1"])
 
     def _export(self, fit: FitState) -> TrainResult:

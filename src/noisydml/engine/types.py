@@ -45,7 +45,8 @@ class RunSpec:
     train: dict[str, Any]
     seed: int
     data_fingerprint: str
-    #: The evaluate section (its schema's defaults for what a caller leaves out): monitoring's retrieval settings.
+    #: The evaluate section (its schema's defaults for what a caller leaves out): the monitor reads its ``device``
+    #: only (its neighbour cap is ``train.monitor_max_k``: evaluate.max_k re-trains nothing).
     evaluate: dict[str, Any] = field(default_factory=evaluate_settings)
     #: Fingerprints of upstream runs this one takes labels, weights or inputs from (run chaining).
     upstream: dict[str, str] = field(default_factory=dict)

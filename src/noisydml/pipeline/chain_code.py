@@ -14,7 +14,7 @@ import hashlib
 from pathlib import Path
 
 from noisydml import io
-from noisydml.pipeline.method_code import METHOD_CODE
+from noisydml.pipeline.code_digests import METHOD_CODE
 from noisydml.runs import lineage
 
 #: The stage's output folder, relative to the repository root.

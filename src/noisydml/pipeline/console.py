@@ -6,6 +6,7 @@
     noisydml verify --weights W --backbone B --dataset D   published face weights on the verification protocols
     noisydml ui [--port P]                  MLflow's UI on this repository's store
     noisydml guard                          CI's verdict on a regenerated pipeline
+    noisydml status [DVC STATUS OPTIONS]    what `dvc repro` would run, the code digested first
 
 Every subcommand has its own ``--help``. The stages' scripts (``python stages/<x>.py``) are DVC's to run, not a
 user's; the scripts in ``scripts/`` are benchmarks and maintenance tools.
@@ -29,6 +30,7 @@ COMMANDS = {
     "verify": "published face weights (arcface_torch's iResNet) evaluated as published on the verification sets",
     "ui": "MLflow's UI on this repository's store (mlflow.db and mlartifacts/, moved with the repository)",
     "guard": "CI's verdict: the pipeline regenerated, nothing stale, the committed results reproduced",
+    "status": "the stages `dvc repro` would run: `dvc status` once the digest stages have run (seconds, no training)",
 }
 
 
@@ -106,7 +108,38 @@ def main(argv: list[str] | None = None) -> int:
         from noisydml.pipeline.verify_weights import main as verify
 
         return verify(rest)
+    if args.command == "status":
+        return status(rest)
     return ui(rest)
+
+
+def run_digest_stages(root: Path = Path("."), env: dict | None = None) -> list[str]:
+    """``dvc repro --single-item`` of the digest stages dvc.yaml has (code_digests, chain_code's items: they train
+    nothing), so that ``dvc status`` compares what the code means now; returns their names."""
+    from noisydml.pipeline.code_digests import DIGEST_STAGES
+
+    def dvc(*args: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"dvc {' '.join(args)} failed in {root}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        return proc
+
+    names = [n for n in dvc("stage", "list", "--name-only").stdout.split() if n.split("@")[0] in DIGEST_STAGES]
+    if names:
+        dvc("repro", "--single-item", *names)
+    return names
+
+
+def status(argv: list[str]) -> int:
+    """``noisydml status``: the digest stages, then ``dvc status`` (its exit status); after a code edit or in a fresh
+    clone (the code units are DVC outputs, not in git) plain ``dvc status`` compares code units that are stale or
+    absent."""
+    parser = argparse.ArgumentParser(prog="noisydml status", description=status.__doc__.split(":", 1)[1].strip())
+    parser.epilog = "Any other option (e.g. --json, a stage name) is passed on to `dvc status`."
+    _, dvc_args = parser.parse_known_args(argv)
+    names = run_digest_stages()
+    print(f"digest stages run: {', '.join(names) or 'none'}", file=sys.stderr)
+    return subprocess.run([sys.executable, "-m", "dvc", "status", *dvc_args]).returncode
 
 
 def check_parser() -> argparse.ArgumentParser:

@@ -151,7 +151,7 @@ def _settings(params: dict, subject: Subject, data_fingerprint: str, pretrained:
               if k not in ("trials", "datasets", "noises", "methods", "chains")}
     tuning["spaces"] = {subject.method: params["tuning"]["spaces"][subject.method]}
     return {**subject.settings(params), "tuning": tuning,
-            "evaluate": {k: params["evaluate"][k] for k in ("max_k", "device")}, "data": data_fingerprint,
+            "evaluate": {"device": params["evaluate"]["device"]}, "data": data_fingerprint,
             "pretrained": pretrained, "runtime": tracked_runtime(params["runtime"]), "optuna": optuna_version,
             "code": code_fingerprint(__name__, *(f"noisydml.methods.{m}" for m in subject.methods()))}
 

@@ -1,0 +1,98 @@
+"""The code_digests stage: what the code of each stage script, method and study means ->
+``code/stages/<script>.json``, ``code/methods/<method>.json``, ``code/studies/<study>.json``.
+
+A code unit is a file and the package files it runs (:func:`noisydml.closure.closure`), each with the sha256 of its
+meaning (:func:`noisydml.closure.meaning`: its syntax tree without comments, docstrings or layout). Every stage of
+dvc.yaml depends on its script's unit, a stage that trains a method also on that method's, one of a study's runs on
+that study's, and the stages that read every study (evaluate, report) on the folder of study units; none depends on
+a source file. After any code edit this stage runs first (a few seconds, it trains nothing); DVC then re-runs a stage
+only when one of its units' files changed, so a comment or docstring edit re-runs nothing and a change of behaviour
+re-runs exactly the stages whose code runs it. DVC's templates cannot list a different set of files per matrix
+item, nor hash a file by anything but its bytes: that is why the units are files of their own.
+
+A stage script's unit also holds the modules that validate the params sections it loads (its ``SECTIONS``), which
+:mod:`noisydml.config` imports by name.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from noisydml import io
+from noisydml.closure import closure, file_digests, file_name, module_file
+from noisydml.schema import SECTION_OWNERS
+
+#: The stage's output folder, relative to the repository root (where the stages run).
+CODE = Path("code")
+#: The stage scripts' folder, relative to the repository root.
+STAGE_SCRIPTS = Path("stages")
+#: Each method's unit, ``<name>.json`` (what a stage training it depends on).
+METHOD_CODE = CODE / "methods"
+#: The stages that digest code (this one) or a tuned chain's lineage (``chain_code``): they train nothing, run first,
+#: and decide which stages an edit reaches; ``dvc repro`` them before reading ``dvc status``.
+DIGEST_STAGES = ("code_digests", "chain_code")
+#: The kinds of unit: the folder of each under :data:`CODE`.
+KINDS = ("stages", "methods", "studies")
+
+
+def stage_sections(script: Path) -> tuple[str, ...] | None:
+    """A stage script's ``SECTIONS`` (the params sections it loads; None: every section), read from its source."""
+    for node in ast.parse(Path(script).read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{script}: no SECTIONS (the params sections the stage loads; noisydml.cli)")
+
+
+def section_owner_files(sections: tuple[str, ...] | None) -> list[Path]:
+    """The modules that validate ``sections`` and ``runtime`` (imported by name when a stage loads them; their
+    ``needs`` are loaded too, and owned by these same modules or by noisydml.config)."""
+    names = set(SECTION_OWNERS.values()) if sections is None else {SECTION_OWNERS[s] for s in ("runtime", *sections)}
+    return [module_file(name) for name in sorted(names)]
+
+
+def stage_files(script: Path) -> set[Path]:
+    """Every file running stage script ``script`` executes: its import closure and its sections' owners'."""
+    return closure(script, *section_owner_files(stage_sections(script)))
+
+
+def unit_files(kind: str, name: str, scripts: Path = STAGE_SCRIPTS) -> set[Path]:
+    """The files of unit ``name`` of ``kind`` (one of :data:`KINDS`)."""
+    if kind == "stages":
+        return stage_files(scripts / f"{name}.py")
+    package = {"methods": "noisydml.methods", "studies": "noisydml.studies"}[kind]
+    return closure(module_file(f"{package}.{name}"))
+
+
+def unit_names(kind: str, scripts: Path = STAGE_SCRIPTS) -> list[str]:
+    """Every unit of ``kind``: the stage scripts, the methods' catalog, the studies' catalog."""
+    if kind == "stages":
+        return sorted(p.stem for p in scripts.glob("*.py"))
+    if kind == "methods":
+        from noisydml.methods import method_names
+
+        return method_names()
+    from noisydml.studies import study_names
+
+    return study_names()
+
+
+def code_unit(kind: str, name: str, scripts: Path = STAGE_SCRIPTS) -> dict:
+    """``{"unit": "<kind>/<name>", "files": {file: sha256 of its meaning}}``."""
+    return {"unit": f"{kind}/{name}", "files": file_digests(unit_files(kind, name, scripts))}
+
+
+def write_code_digests(folder: Path = CODE, scripts: Path = STAGE_SCRIPTS) -> dict[str, int]:
+    """Every unit of every kind (:func:`code_unit`'s content; each file digested once), one folder per kind written
+    atomically; returns how many of each."""
+    units = {(kind, name): unit_files(kind, name, scripts) for kind in KINDS for name in unit_names(kind, scripts)}
+    digests = file_digests(set().union(*units.values()))
+    written = {}
+    for kind in KINDS:
+        names = [name for k, name in units if k == kind]
+        with io.atomic_dir(folder / kind) as tmp:
+            for name in names:
+                files = sorted(file_name(p) for p in units[kind, name])
+                io.write_json(tmp / f"{name}.json", {"unit": f"{kind}/{name}", "files": {f: digests[f] for f in files}})
+        written[kind] = len(names)
+    return written
