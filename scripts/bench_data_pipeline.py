@@ -76,7 +76,7 @@ def child_train(root: str, n: int) -> None:
     from noisydml.engine.job import Job
     from noisydml.engine.types import ImageSet, RunSpec
     from noisydml.pipeline.job import fit
-    from noisydml.pipeline.check import check_all
+    from noisydml.tools.check import check_all
 
     torch.set_num_threads(2)
     params = check_all(load_params(str(Path(__file__).resolve().parents[1] / "params.yaml")))

@@ -57,7 +57,7 @@ PLAN_CODE = """
 import time, logging
 t0 = time.perf_counter()
 from dvc.repo import Repo
-from noisydml.pipeline.launch import plan
+from noisydml.tools.launch import plan
 t1 = time.perf_counter()
 the_plan = plan(Repo("."), [])
 t2 = time.perf_counter()
@@ -91,7 +91,7 @@ def show(name: str, figures: dict) -> None:
 def grids(profiles: list[str]) -> None:
     from dvc.utils.hydra import apply_overrides
 
-    from noisydml.pipeline.profiles import load_profiles
+    from noisydml.tools.profiles import load_profiles
 
     known = load_profiles(REPO / "profiles")
     for name in profiles:
@@ -124,7 +124,7 @@ def synthetic_project(root: Path, stages: int) -> None:
 
 def launcher_figures(root: Path, jobs: int) -> dict[str, float]:
     """The launcher's wall time for the whole project, and what its log says each stage cost the driver."""
-    seconds, _ = timed([sys.executable, "-m", "noisydml.pipeline.launch", "-j", str(jobs)], root)
+    seconds, _ = timed([sys.executable, "-m", "noisydml.tools.launch", "-j", str(jobs)], root)
     summary = json.loads((root / ".runinfo/launch/summary.json").read_text())
     ran = [s for s in summary["stages"] if s["status"] == "ran"]
     if len(ran) != len(summary["stages"]):
@@ -144,7 +144,7 @@ def synthetic(sizes: list[int], jobs: int, repro: bool) -> None:
             figures["dvc status, all done s"], _ = timed([*DVC, "status"], root)
             figures["dvc repro, nothing to run s"], _ = timed([*DVC, "repro"], root)
             figures["launch, nothing to run s"], _ = timed(
-                [sys.executable, "-m", "noisydml.pipeline.launch", "-j", str(jobs)], root)
+                [sys.executable, "-m", "noisydml.tools.launch", "-j", str(jobs)], root)
             # per stage: what a launch that runs them costs beyond one that only starts and checks them
             figures["launch: per stage beyond start ms"] = 1000 * (
                 figures["launch: driver overhead s"] - figures["launch, nothing to run s"]) / n

@@ -54,7 +54,7 @@ def part(name: str, classes: int, per_class: int) -> dict:
     from noisydml.methods.parts.dcq import margin_softmax_loss
     from noisydml.methods.parts.prism import ClassCentreMemory, SlidingThreshold, clean_probability
     from noisydml.methods.parts.sgm import run_sgm
-    from noisydml.pipeline.check import check_all
+    from noisydml.tools.check import check_all
 
     torch.set_num_threads(1)
     emb, labels = embeddings(classes, per_class)
@@ -89,7 +89,7 @@ def sgm_by_part(classes: int, per_class: int) -> dict:
 
     from noisydml.config import load_params
     from noisydml.methods.parts import sgm as S
-    from noisydml.pipeline.check import check_all
+    from noisydml.tools.check import check_all
 
     cfg = check_all(load_params("params.yaml"))["methods"]["dcq_sgps"]["sgm"]
     emb, labels = embeddings(classes, per_class)

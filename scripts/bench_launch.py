@@ -1,4 +1,4 @@
-"""Benchmark: many runs at once (noisydml.pipeline.launch) against one at a time.
+"""Benchmark: many runs at once (noisydml.tools.launch) against one at a time.
 
     python scripts/bench_launch.py side-by-side [--steps 300]
         training steps/s of the default backbone: one process alone, then two processes at once, with OpenMP's
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from noisydml.pipeline.guard import stage_digests
+from noisydml.tools.guard import stage_digests
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def grid(jobs: int, serial: bool, fresh: bool) -> None:
     commands = []
     if serial:
         commands.append(("dvc repro", [sys.executable, "-m", "dvc", "repro", "-q"]))
-    launch = [sys.executable, "-m", "noisydml.pipeline.launch", "-j", str(jobs)]
+    launch = [sys.executable, "-m", "noisydml.tools.launch", "-j", str(jobs)]
     commands.append((f"launch -j {jobs}" + (" --fresh-processes" if fresh else ""),
                      launch + (["--fresh-processes"] if fresh else [])))
     for label, command in commands:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from noisydml.methods.parts.prism import ClassCentreMemory, SlidingThreshold, clean_probability
-from noisydml.pipeline.profiles import KEPT_SHARES  # where --profiles writes, the profiles table reads
+from noisydml.tools.profiles import KEPT_SHARES  # where --profiles writes, the profiles table reads
 
 
 class AuthorsThreshold:
@@ -101,8 +101,8 @@ def simulate(num_classes: int, memory_size: int = 8192, batches: int = 300, nois
 
 def profiles_kept_shares(batches: int) -> dict:
     """Both rules at every selection setting of every profile (50 % symmetric noise simulated)."""
-    from noisydml.pipeline.plan import selection_settings
-    from noisydml.pipeline.profiles import load_profiles, params_after
+    from noisydml.tools.plan import selection_settings
+    from noisydml.tools.profiles import load_profiles, params_after
 
     settings = {}
     for name, profile in load_profiles().items():

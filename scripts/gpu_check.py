@@ -72,7 +72,7 @@ WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_
                    "manylinux1_x86_64")
 WHEEL_BUDGET_MIB = 40
 
-#: What the training path imports, and what it does without each (tracking.py, pipeline/launch.py).
+#: What the training path imports, and what it does without each (tracking.py, tools/launch.py).
 PACKAGES = {"torch": "required", "torchvision": "required", "numpy": "required", "pytorch_metric_learning": "required",
             "faiss": "required (evaluation on the CPU, methods' kNN)", "pydantic": "required (params)",
             "ruamel.yaml": "required (params.yaml)", "pandas": "required", "PIL": "required (images)",

@@ -23,8 +23,8 @@ import argparse
 import sys
 
 from noisydml.pipeline.code_digests import DIGEST_STAGES
-from noisydml.pipeline.console import run_digest_stages
-from noisydml.pipeline.guard import is_data
+from noisydml.tools.console import run_digest_stages
+from noisydml.tools.guard import is_data
 
 UNCHANGED = 3
 #: `dvc status` words for an output that is simply not here (a fresh clone): not a change of any input.

@@ -327,7 +327,7 @@ def main(argv: list[str]) -> None:
         if args.command == "overrides":
             print("\n".join(sets))
             return
-        command = [sys.executable, "-m", "noisydml.pipeline.launch", "-j", str(args.jobs), *(["--dry"] * args.dry)]
+        command = [sys.executable, "-m", "noisydml.tools.launch", "-j", str(args.jobs), *(["--dry"] * args.dry)]
         for override in [*sets, *args.also]:
             command += ["-S", override]
         code = subprocess.call(command)

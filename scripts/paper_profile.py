@@ -2,7 +2,7 @@
 
 import sys
 
-from noisydml.pipeline.console import main
+from noisydml.tools.console import main
 
 if __name__ == "__main__":
     print("note: scripts/paper_profile.py is now `noisydml profile`", file=sys.stderr)

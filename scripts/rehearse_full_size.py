@@ -98,8 +98,8 @@ def cpu_name() -> str:
 # ----------------------------------------------------------------------------------------------- the profile's run
 def largest_run(profile: str):
     """The profile's params (after its overrides) and its run with the most GPU memory (noisydml profile plan)."""
-    from noisydml.pipeline.plan import profile_plan
-    from noisydml.pipeline.profiles import load_profiles, params_after
+    from noisydml.tools.plan import profile_plan
+    from noisydml.tools.profiles import load_profiles, params_after
     from noisydml.runs import runs_of
 
     params = params_after(load_profiles()[profile]["set"])
@@ -111,8 +111,8 @@ def largest_run(profile: str):
 
 def dataset_counts(params: dict, dataset: str) -> dict:
     from noisydml.data.benchmarks import BENCHMARKS
-    from noisydml.pipeline.plan import _classes
-    from noisydml.pipeline.profiles import _images
+    from noisydml.tools.plan import _classes
+    from noisydml.tools.profiles import _images
 
     cfg = params["datasets"][dataset]
     train, test = _images(params, dataset)
@@ -273,7 +273,7 @@ def part_network(profile: str, prepared: str, steps: int, device_name: str = "cp
     from noisydml.engine.optim import build_optimizer
     from noisydml.engine.sampling import epoch_batches
     from noisydml.models import build_model
-    from noisydml.pipeline.plan import activation_bytes_per_image
+    from noisydml.tools.plan import activation_bytes_per_image
 
     params, run, _ = largest_run(profile)
     run_params = run.params(params)
@@ -479,7 +479,7 @@ def run_part(*args: str) -> dict:
 
 def rehearse(profile: str, cache: Path, steps: int, faces_images: int | None = None,
              sgm_max_rows: int = 400_000, device: str = "cpu", only: list[str] | None = None) -> dict:
-    from noisydml.pipeline.plan import GIB
+    from noisydml.tools.plan import GIB
 
     params, run, plan = largest_run(profile)
     if params["datasets"][run.dataset]["kind"] == "faces" and not faces_images:
@@ -590,7 +590,7 @@ def main() -> None:
             rehearse(args.profile or "sgps/table4_pairwise", args.cache, args.steps, images, args.sgm_max_rows,
                      args.device)
         return
-    from noisydml.pipeline.profiles import load_profiles
+    from noisydml.tools.profiles import load_profiles
 
     for profile in (list(load_profiles()) if args.all else [args.profile]):
         rehearse(profile, args.cache, args.steps, sgm_max_rows=args.sgm_max_rows, device=args.device,

@@ -36,7 +36,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from noisydml.pipeline.guard import compare, pipeline_stages, stage_digests, stale_stages  # noqa: E402
+from noisydml.tools.guard import compare, pipeline_stages, stage_digests, stale_stages  # noqa: E402
 
 #: A CPU without AVX2 / FMA (Sandy Bridge, Ivy Bridge): every library's dispatch capped at AVX.
 _AVX_ONLY = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX", "MKL_CBWR": "AVX",

@@ -132,7 +132,7 @@ EDITS: list[tuple[str, Callable[[Path], None]]] = [
     ("a new method over a PML loss (grid.methods unchanged)", _new_pml_method),
     ("a new study with runs (module, stage template, params section)", _new_study_with_runs),
     ("a new benchmark (an entry of benchmarks.py, its params entry)", _new_benchmark),
-    ("a change in pipeline/check.py", _append("src/noisydml/pipeline/check.py", A_CHANGE)),
+    ("a change in tools/check.py", _append("src/noisydml/tools/check.py", A_CHANGE)),
     ("a change in reporting/figures.py", _append("src/noisydml/reporting/figures.py", A_CHANGE)),
     ("a change in the trainer loop (engine/trainer.py)", _append("src/noisydml/engine/trainer.py", A_CHANGE)),
     ("a change in one dataset kind (data/faces.py)", _append("src/noisydml/data/faces.py", A_CHANGE)),

@@ -65,7 +65,7 @@ def main() -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{args.workdir.resolve() / 'mlflow.db'}")
 
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
     from noisydml.pipeline.corrupt import corrupt
     from noisydml.pipeline.layout import Layout
     from noisydml.pipeline.prepare import prepare

@@ -129,7 +129,7 @@ def main(argv: list[str]) -> None:
     if args.command == "overrides":
         print("\n".join(overrides(args.dataset)))
     elif args.command == "run":
-        command = [sys.executable, "-m", "noisydml.pipeline.launch", "-j", str(args.jobs)]
+        command = [sys.executable, "-m", "noisydml.tools.launch", "-j", str(args.jobs)]
         for override in overrides(args.dataset):
             command += ["-S", override]
         sys.exit(subprocess.call(command))

@@ -152,7 +152,7 @@ def tiny_params(raw):
 
 def run_command(cmd, cwd, env, timeout=900):
     """Run ``cmd``; fail with the end of its output unless it exits 0. Returns stdout."""
-    from noisydml.pipeline.rehearsal import run_checked
+    from noisydml.tools.rehearsal import run_checked
 
     return run_checked(cmd, cwd, env, timeout)
 
@@ -164,7 +164,7 @@ def dvc_repo(root, raw, targets=(), repro=True):
     import shutil
     import sys
 
-    from noisydml.pipeline.rehearsal import stage_env
+    from noisydml.tools.rehearsal import stage_env
 
     for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, root / name)
@@ -209,9 +209,9 @@ class _Files:
 
 @pytest.fixture
 def local_server():
-    """An HTTP server on 127.0.0.1 with Range support (the rehearsal's, :func:`noisydml.pipeline.rehearsal.serve`):
+    """An HTTP server on 127.0.0.1 with Range support (the rehearsal's, :func:`noisydml.tools.rehearsal.serve`):
     ``(base_url, files)``."""
-    from noisydml.pipeline.rehearsal import serve
+    from noisydml.tools.rehearsal import serve
 
     served = _Files()
     with serve(served.files, served.log, served.cut_once) as base_url:
@@ -233,7 +233,7 @@ def serve_archives(server, files: dict[str, bytes]) -> dict:
 
 def benchmark_params(raw, name: str, cfg: dict) -> dict:
     """``raw`` params reduced to the one benchmark dataset ``name`` (entry ``cfg``), validated."""
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
 
     raw["datasets"] = {name: cfg}
     raw["grid"].update(datasets=[name], run_noises=[])
@@ -244,13 +244,13 @@ def benchmark_params(raw, name: str, cfg: dict) -> dict:
     return validate_all(raw)
 
 
-# archives built in memory: the rehearsal's (noisydml.pipeline.rehearsal), which builds the datasets' miniatures
-from noisydml.pipeline.rehearsal import tar_bytes, zip_bytes  # noqa: E402
+# archives built in memory: the rehearsal's (noisydml.tools.rehearsal), which builds the datasets' miniatures
+from noisydml.tools.rehearsal import tar_bytes, zip_bytes  # noqa: E402
 
 
 def jpeg_bytes(seed: int, size=(20, 16)) -> bytes:
     """A small random RGB JPEG (``size`` = width, height): the rehearsal's, smaller."""
-    from noisydml.pipeline.rehearsal import jpeg_bytes as rehearsal_jpeg
+    from noisydml.tools.rehearsal import jpeg_bytes as rehearsal_jpeg
 
     return rehearsal_jpeg(seed, size)
 

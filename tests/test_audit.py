@@ -293,7 +293,7 @@ def test_a_cleaned_listing_is_read_back_by_a_folder_dataset(tmp_path):
     from noisydml.data.folder import load_folder_dataset
     from noisydml.data.prepared import PreparedDataset
     from noisydml.data.registry import prepare_dataset
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
 
     for c in range(6):
         for i in range(4):
@@ -344,7 +344,7 @@ def test_the_script_cleans_by_the_consensus_of_several_seeds_and_refuses_past_th
 
     from conftest import load_script
     from noisydml.data.registry import prepare_dataset
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
 
     classes, per_class = 12, 10
     for c in range(classes):
@@ -638,7 +638,7 @@ def test_food101n_in_its_real_layout_is_judged_on_its_verified_rows_only(tmp_pat
     run on its own labels judges the verified rows (3 of each class's 4; the first verified noisy), never the
     unverified ones, and shows the images from the release's files."""
     from conftest import serve_archives
-    from noisydml.pipeline.rehearsal import TRAIN_CLASSES, TRAIN_PER_CLASS, miniature
+    from noisydml.tools.rehearsal import TRAIN_CLASSES, TRAIN_PER_CLASS, miniature
 
     base, served = local_server
     mini = miniature("food101n", base)
@@ -662,7 +662,7 @@ def test_cnwl_red_cars_is_judged_on_every_training_row_by_its_annotations(tmp_pa
     its own labels is judged on every training row, the truth being the annotators' verdict on each web image
     (one of each class's four rows is a web image judged wrong), and the sheet shows the fetched images."""
     from conftest import serve_archives
-    from noisydml.pipeline.rehearsal import TRAIN_CLASSES, TRAIN_PER_CLASS, miniature
+    from noisydml.tools.rehearsal import TRAIN_CLASSES, TRAIN_PER_CLASS, miniature
 
     base, served = local_server
     mini = miniature("cnwl_cars", base)
@@ -692,7 +692,7 @@ def test_a_published_list_in_the_authors_format_is_judged_by_its_kept_list(tmp_p
     from noisydml.pipeline.layout import Layout
     from noisydml.pipeline.prepare import prepare
     from noisydml.pipeline.download import download
-    from noisydml.pipeline.rehearsal import miniature
+    from noisydml.tools.rehearsal import miniature
 
     base, served = local_server
     mini = miniature("cub200", base)

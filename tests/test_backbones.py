@@ -11,7 +11,7 @@ from PIL import Image
 
 from noisydml.data.download import DownloadError
 from noisydml.models import BACKBONES, GlobalPool, build_model, load_backbone_weights
-from noisydml.pipeline.check import validate_all
+from noisydml.tools.check import validate_all
 from noisydml.pipeline.layout import Layout
 from noisydml.pipeline.pretrain import pretrain
 from noisydml.pipeline.pretrained import load_pretrained

@@ -14,7 +14,7 @@ from noisydml.data import DatasetError
 from noisydml.data.benchmarks import BENCHMARKS
 from noisydml.data.download import DownloadError
 from noisydml.data.prepared import PreparedDataset
-from noisydml.pipeline.check import validate_all
+from noisydml.tools.check import validate_all
 from noisydml.pipeline.download import download
 from noisydml.pipeline.layout import Layout
 from noisydml.pipeline.prepare import prepare

@@ -236,7 +236,7 @@ def test_bspml_map_and_the_report_of_weights(tmp_path, raw_params):
     import pandas as pd
 
     from noisydml.pipeline.bspml_maps import bspml_map
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
     from noisydml.pipeline.layout import TRAIN_EMBEDDINGS, Layout
     from noisydml.reporting.tables import weight_summary
 
@@ -272,7 +272,7 @@ def test_bspml_map_and_the_report_of_weights(tmp_path, raw_params):
 def test_bspml_table_layouts(raw_params):
     import pandas as pd
 
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
     from noisydml.reporting.tables import summarise
     from noisydml.studies.bspml import table1 as bspml_table1, table2 as bspml_table2
 
@@ -303,7 +303,7 @@ def test_evaluate_carries_the_weight_histograms_into_the_runs_metrics(tmp_path, 
 
     import pandas as pd
 
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
     from noisydml.pipeline.evaluate import evaluate_run
     from noisydml.pipeline.layout import Layout
 

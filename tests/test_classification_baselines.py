@@ -19,7 +19,7 @@ from noisydml.methods.base import MethodSetup
 from noisydml.methods.f_correction import estimate_transition, forward_corrected_loss
 from noisydml.methods.labelwave import LabelWaveSelector
 from noisydml.methods.parts.coteaching import forget_share, small_loss_rows
-from noisydml.pipeline.check import check_all
+from noisydml.tools.check import check_all
 from conftest import FakeServices, fit_job
 
 PARAMS = check_all(load_params("params.yaml"))

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import REPO
 from noisydml.config import ParamsError, load_params
-from noisydml.pipeline.check import validate_all as validate_params
+from noisydml.tools.check import validate_all as validate_params
 
 
 @pytest.mark.parametrize("anchor, method_set", [("default_methods", "default"), ("all_baselines", "all_baselines"),

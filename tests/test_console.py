@@ -16,7 +16,7 @@ from conftest import REPO
 def _checkout_with_marked_package(root: Path) -> None:
     """``root/src``: a copy of this package whose ``noisydml guard`` prints a marker when it is imported."""
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    with open(root / "src" / "noisydml" / "pipeline" / "guard.py", "a") as f:
+    with open(root / "src" / "noisydml" / "tools" / "guard.py", "a") as f:
         f.write('\nprint("the copy\'s guard")\n')
 
 

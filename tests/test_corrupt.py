@@ -9,7 +9,7 @@ import pytest
 from noisydml import io
 from noisydml.config import ParamsError
 from noisydml.runs import runs_of
-from noisydml.pipeline.check import validate_all as validate_params
+from noisydml.tools.check import validate_all as validate_params
 from noisydml.data import DatasetError
 from noisydml.data.prepared import write_prepared
 from noisydml.noise import NoiseInputError

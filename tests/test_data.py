@@ -112,7 +112,7 @@ def test_folder_csv_missing_file(tmp_path):
 
 
 def test_folder_dataset_prepares_through_the_registry(tmp_path):
-    from noisydml.pipeline.check import validate_all as validate_params
+    from noisydml.tools.check import validate_all as validate_params
     from noisydml.data.registry import prepare_dataset
     import yaml
 

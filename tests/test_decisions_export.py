@@ -11,7 +11,7 @@ import pytest
 from conftest import fit_job, tiny_params
 from noisydml.config import load_params
 from noisydml.methods import method_names
-from noisydml.pipeline.check import check_all
+from noisydml.tools.check import check_all
 
 PARAMS = check_all(load_params("params.yaml"))
 

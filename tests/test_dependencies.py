@@ -239,7 +239,7 @@ def test_every_schema_key_is_written_in_params_yaml():
 
 
 def test_the_whole_params_file_is_valid():
-    from noisydml.pipeline.check import main
+    from noisydml.tools.check import main
 
     assert main([str(REPO / "params.yaml")]) == 0
 

@@ -25,7 +25,7 @@ from noisydml.config import load_params
 from noisydml.data import glyphs
 from noisydml.engine import distributed
 from noisydml.engine.types import ImageSet, RunSpec
-from noisydml.pipeline.check import check_all
+from noisydml.tools.check import check_all
 from noisydml.schema import ParamsError
 from conftest import fit_job
 

@@ -36,10 +36,10 @@ def _words(command: str) -> list[str]:
 
 
 def _noisydml(words: list[str]) -> None:
-    from noisydml.pipeline.console import COMMANDS as SUBCOMMANDS, profile_parser, ui_parser
-    from noisydml.pipeline.launch import build_parser
-    from noisydml.pipeline.profiles import load_profiles
-    from noisydml.pipeline.rehearsal import why_not_rehearsable
+    from noisydml.tools.console import COMMANDS as SUBCOMMANDS, profile_parser, ui_parser
+    from noisydml.tools.launch import build_parser
+    from noisydml.tools.profiles import load_profiles
+    from noisydml.tools.rehearsal import why_not_rehearsable
 
     command, rest = words[1], words[2:]
     assert command in SUBCOMMANDS, command
@@ -67,7 +67,7 @@ def _console(argv: list[str]) -> int:
     import contextlib
     import io
 
-    from noisydml.pipeline.console import main
+    from noisydml.tools.console import main
 
     with contextlib.chdir(REPO), contextlib.redirect_stdout(io.StringIO()):
         return main(argv)
@@ -80,7 +80,7 @@ def _validate_overrides(overrides: list[str]) -> None:
     from dvc.utils.hydra import apply_overrides
 
     from noisydml.config import read_params_file
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "params.yaml"
@@ -206,7 +206,7 @@ def test_a_broken_command_is_caught():
 
 def test_noisydml_and_every_subcommand_answer_help(capsys, monkeypatch):
     """The console script's own process once (`noisydml --help`), then every subcommand's --help in this one."""
-    from noisydml.pipeline.console import COMMANDS as SUBCOMMANDS, main
+    from noisydml.tools.console import COMMANDS as SUBCOMMANDS, main
 
     result = subprocess.run([str(Path(sys.executable).parent / "noisydml"), "--help"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
@@ -224,7 +224,7 @@ def test_the_console_script_is_installed_as_declared():
     import tomllib
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"noisydml": "noisydml.pipeline.console:main"}
+    assert scripts == {"noisydml": "noisydml.tools.console:main"}
     installed = Path(sys.executable).parent / "noisydml"
     assert installed.is_file(), "pip install -e . puts the noisydml command beside python"
 
@@ -238,11 +238,11 @@ def test_the_own_dataset_the_overrides_assume_is_the_readmes():
 def test_every_help_answers_before_the_heavy_imports():
     """``--help`` of every subcommand loads no torch, DVC's repository, MLflow, Ray or pandas (they take seconds to import): answered
     from the parsers alone (the figures, under 0.4 s each on a 2-core AMD EPYC, are in the issue's note)."""
-    from noisydml.pipeline.console import COMMANDS as SUBCOMMANDS
+    from noisydml.tools.console import COMMANDS as SUBCOMMANDS
 
     argvs = [[name] for name in SUBCOMMANDS] + [["profile", action] for action in
                                                  ("list", "check", "settings", "lr", "show", "run", "rehearse", "plan")]
-    code = ("import sys, contextlib, io\nfrom noisydml.pipeline.console import main\n"
+    code = ("import sys, contextlib, io\nfrom noisydml.tools.console import main\n"
             f"for argv in {argvs!r}:\n"
             "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
             "        main([*argv, '--help'])\n"

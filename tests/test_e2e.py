@@ -73,7 +73,7 @@ def repo(tmp_path_factory):
     env, _ = dvc_repo(root, raw, repro=False)
     # two stages at once, as a user launches (README "Many runs at once"): the first two training stages open the new
     # MLflow store together (test_mlflow_has_one_finished_run_per_model counts every run)
-    out = _run([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "2"], root, env)
+    out = _run([sys.executable, "-m", "noisydml.tools.launch", "-j", "2"], root, env)
     return root, env, out
 
 
@@ -178,7 +178,7 @@ def test_second_repro_does_nothing_and_the_ci_guard_passes(repo):
     # this host made them, so they are compared bit for bit
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "results"], root, env)
-    verdict = _run([sys.executable, "-m", "noisydml.pipeline.guard", "--tolerance", str(REPO / ".ci" / "tolerance.yaml")],
+    verdict = _run([sys.executable, "-m", "noisydml.tools.guard", "--tolerance", str(REPO / ".ci" / "tolerance.yaml")],
                    root, env)
     assert "made the committed results: bit-identical metrics required" in verdict and "**PASS**" in verdict
 
@@ -279,7 +279,7 @@ def test_changing_one_noise_rate_dirties_only_its_branch(repo):
     stats = json.loads((root / "data" / "noisy" / "glyphs" / "sym50" / "stats.json").read_text())
     assert stats["nominal_rate"] == 0.4
     # CI's guard on the host that made the committed results: the changed metrics are a failure
-    guard = subprocess.run([sys.executable, "-m", "noisydml.pipeline.guard", "--skip-pipeline-state", "--tolerance",
+    guard = subprocess.run([sys.executable, "-m", "noisydml.tools.guard", "--skip-pipeline-state", "--tolerance",
                             str(REPO / ".ci" / "tolerance.yaml")], cwd=root, env=env, capture_output=True, text=True)
     assert guard.returncode == 1 and "- glyphs/sym50/" in guard.stdout, guard.stdout
 
@@ -346,7 +346,7 @@ AN_EDIT = "\n_AN_EDIT = 1\n"
 
 def _changed_after_digest(root, env):
     """The stages `noisydml status` calls changed: `dvc status` once the digest stages have digested the code."""
-    out = subprocess.run([sys.executable, "-m", "noisydml.pipeline.console", "status", "--json"], cwd=root, env=env,
+    out = subprocess.run([sys.executable, "-m", "noisydml.tools.console", "status", "--json"], cwd=root, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "digest stages run: code_digests" in out.stderr

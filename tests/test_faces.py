@@ -323,7 +323,7 @@ def test_published_iresnet_weights_are_evaluated_as_published(prepared, tmp_path
 
     from noisydml.models import BACKBONES
     from noisydml.pipeline.face_features import verification_embeddings
-    from noisydml.pipeline.verify_weights import load_published, main, published_embedder
+    from noisydml.tools.verify_weights import load_published, main, published_embedder
 
     folder, cfg, info = prepared
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""CI's reproduction guard (noisydml.pipeline.guard): bit-identity on the host that made the committed results,
+"""CI's reproduction guard (noisydml.tools.guard): bit-identity on the host that made the committed results,
 the measured tolerance elsewhere; a changed loss fails it, a host-level float difference does not.
 
 The real cases are metrics files of the default grid (tests/data/guard/, made by scripts/simulate_hosts.py and
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from noisydml.pipeline.guard import compare, is_data, load_tolerance, verdict, violations
+from noisydml.tools.guard import compare, is_data, load_tolerance, verdict, violations
 
 DATA = REPO / "tests" / "data" / "guard"
 TOLERANCE = load_tolerance(REPO / ".ci" / "tolerance.yaml")
@@ -124,7 +124,7 @@ def _git(root, *args):
 
 
 def _guard(root, summary=None):
-    cmd = [sys.executable, "-m", "noisydml.pipeline.guard", "--skip-pipeline-state",
+    cmd = [sys.executable, "-m", "noisydml.tools.guard", "--skip-pipeline-state",
            "--tolerance", str(REPO / ".ci" / "tolerance.yaml")] + (["--summary", str(summary)] if summary else [])
     return subprocess.run(cmd, cwd=root, capture_output=True, text=True)
 
@@ -159,7 +159,7 @@ def test_the_command_compares_with_the_committed_files_and_says_which_case(tmp_p
 def test_entries_of_stages_the_pipeline_no_longer_has_do_not_make_code_look_like_data():
     """A lock keeps the entries of removed stages: their outputs must not turn another stage's code into data
     (seen: a regenerated lock with old entries called the report stage stale)."""
-    from noisydml.pipeline.guard import stage_digests, stale_stages
+    from noisydml.tools.guard import stage_digests, stale_stages
 
     report = {"cmd": "python stages/report.py", "deps": [{"path": "src/noisydml/reporting", "md5": "a.dir"}],
               "outs": [{"path": "reports/all_metrics.json", "md5": "m"}]}

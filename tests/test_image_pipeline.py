@@ -19,7 +19,7 @@ from noisydml.data.images import ImageFiles, InputPipeline, InputTransform, imag
 from noisydml.data.prepared import PreparedDataset, class_order
 from noisydml.data.registry import prepare_dataset
 from noisydml.engine.types import ImageSet, RunSpec
-from noisydml.pipeline.check import check_all
+from noisydml.tools.check import check_all
 from conftest import fit_job
 
 PARAMS = check_all(load_params("params.yaml"))
@@ -205,7 +205,7 @@ def test_query_gallery_metrics_search_queries_against_the_gallery():
 def test_a_files_dataset_with_a_query_gallery_split_trains_and_evaluates_end_to_end(tmp_path, raw_params,
                                                                                      monkeypatch):
     """prepare (files) -> corrupt -> train -> evaluate, In-Shop's layout: train classes, query/gallery classes."""
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
     from noisydml.pipeline.corrupt import corrupt
     from noisydml.pipeline.evaluate import evaluate_run
     from noisydml.pipeline.layout import Layout

@@ -1,4 +1,4 @@
-"""The Ray launcher (noisydml.pipeline.launch): the stale stages at once, recorded in dvc.lock as `dvc repro` would.
+"""The Ray launcher (noisydml.tools.launch): the stale stages at once, recorded in dvc.lock as `dvc repro` would.
 
 A toy DVC project (shell stages, no torch) checks the graph's rules; the end-to-end test runs a small grid with a
 chain on a loopback Ray cluster of two nodes (1 CPU each) against an MLflow tracking server, kills a training
@@ -36,7 +36,7 @@ TOY = {
 
 
 def _launch(root, env, *args, check=True, timeout=900):
-    proc = subprocess.run([sys.executable, "-m", "noisydml.pipeline.launch", *args], cwd=root, env=env,
+    proc = subprocess.run([sys.executable, "-m", "noisydml.tools.launch", *args], cwd=root, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"launch exited {proc.returncode}:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
@@ -56,7 +56,7 @@ def _toy_repo(root, env):
 
 
 def test_a_failing_stage_stops_its_descendants_only_and_the_next_launch_finishes(tmp_path):
-    from noisydml.pipeline.rehearsal import stage_env
+    from noisydml.tools.rehearsal import stage_env
 
     env = stage_env()
     root = tmp_path / "toy"
@@ -90,7 +90,7 @@ def test_bookkeeping_beside_an_output_does_not_change_a_folder_dependency(tmp_pa
     temporaries of a stage killed inside ``io.atomic_dir``, and the .gitignore DVC writes, whose lines come in the
     order the stages were recorded (the launcher's differs from `dvc repro`'s). The project's .dvcignore keeps
     both out of DVC's hash."""
-    from noisydml.pipeline.rehearsal import stage_env
+    from noisydml.tools.rehearsal import stage_env
 
     env = stage_env()
     root = tmp_path / "toy"
@@ -117,7 +117,7 @@ def test_bookkeeping_beside_an_output_does_not_change_a_folder_dependency(tmp_pa
 def test_lock_entries_are_written_when_the_driver_waits_or_in_batches_a_tenth_of_the_lock():
     """dvc.lock is parsed and rewritten whole per write: one write per stage made 300 no-op stages take 608 s
     (scripts/bench_dvc_scale.py). Real stages are written as soon as the driver waits; a burst in batches."""
-    from noisydml.pipeline.launch import LockWriter
+    from noisydml.tools.launch import LockWriter
 
     writer = LockWriter(repo=None, already_written=100)
     assert not writer.due(idle=True)  # nothing to write
@@ -136,7 +136,7 @@ def test_lock_entries_are_written_when_the_driver_waits_or_in_batches_a_tenth_of
 def test_a_ctrl_c_during_the_lock_write_waits_until_the_file_is_whole():
     """DVC rewrites dvc.lock in place; a Ctrl-C (or SIGTERM) in the middle cut it short. The writer holds both
     signals until the write is done, then raises KeyboardInterrupt."""
-    from noisydml.pipeline.launch import LockWriter
+    from noisydml.tools.launch import LockWriter
 
     written = []
 
@@ -169,7 +169,7 @@ def test_a_ctrl_c_during_the_lock_write_waits_until_the_file_is_whole():
 
 
 def test_an_override_the_schema_refuses_stops_the_launch_before_anything_runs(tmp_path):
-    from noisydml.pipeline.rehearsal import stage_env
+    from noisydml.tools.rehearsal import stage_env
 
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     proc = _launch(tmp_path, stage_env(), "-S", "train.epochs=-1", check=False)
@@ -181,7 +181,7 @@ def test_an_override_the_schema_refuses_stops_the_launch_before_anything_runs(tm
 def test_ctrl_c_cancels_the_running_stage_kills_its_process_and_leaves_it_stale(how, tmp_path):
     import psutil
 
-    from noisydml.pipeline.rehearsal import stage_env
+    from noisydml.tools.rehearsal import stage_env
 
     env = stage_env()
     root = tmp_path / "toy"
@@ -192,7 +192,7 @@ def test_ctrl_c_cancels_the_running_stage_kills_its_process_and_leaves_it_stale(
     (root / "params.yaml").write_text("runtime: {threads: 1}\n")
     run_command(["git", "init", "-q"], root, env)
     run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
-    launcher = subprocess.Popen([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "2"], cwd=root, env=env,
+    launcher = subprocess.Popen([sys.executable, "-m", "noisydml.tools.launch", "-j", "2"], cwd=root, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
     sleeper = None
@@ -229,7 +229,7 @@ def test_a_launcher_killed_outright_leaves_no_process_behind_and_dry_says_what_w
     every process whose command line names the instance's session. Then `--dry` names the stage still to run."""
     import psutil
 
-    from noisydml.pipeline.rehearsal import stage_env
+    from noisydml.tools.rehearsal import stage_env
 
     env = stage_env()
     root = tmp_path / "toy"
@@ -238,7 +238,7 @@ def test_a_launcher_killed_outright_leaves_no_process_behind_and_dry_says_what_w
     (root / "params.yaml").write_text("runtime: {threads: 1}\n")
     run_command(["git", "init", "-q"], root, env)
     run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
-    launcher = subprocess.Popen([sys.executable, "-m", "noisydml.pipeline.launch", "-j", "1"], cwd=root, env=env,
+    launcher = subprocess.Popen([sys.executable, "-m", "noisydml.tools.launch", "-j", "1"], cwd=root, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     record = root / ".runinfo" / "launch" / "ray-processes.json"
     deadline, sleeper = time.time() + 120, None
@@ -262,7 +262,7 @@ def test_a_launcher_killed_outright_leaves_no_process_behind_and_dry_says_what_w
 
 
 def test_the_console_says_running_and_queued_apart_each_epoch_and_an_estimate():
-    from noisydml.pipeline.launch import epoch_lines
+    from noisydml.tools.launch import epoch_lines
 
     row = ("prism epoch 2/12:  74%|###| 74/100\r" + " " * 20 + "\repoch=2 loss=0.4866 lr=0.0002333 "
            "diag_kept_fraction=0.5238 test_mean_average_precision_at_r=0.1 test_precision_at_1=0.5117 "
@@ -273,7 +273,7 @@ def test_the_console_says_running_and_queued_apart_each_epoch_and_an_estimate():
 
 def test_a_run_that_went_untracked_is_said_on_the_console_and_counted(tmp_path):
     """The stage's own warning (noisydml.tracking) is picked out of its log; the summary counts the stage."""
-    from noisydml.pipeline.launch import Outcome, tracking_warnings, write_summary
+    from noisydml.tools.launch import Outcome, tracking_warnings, write_summary
     from noisydml.tracking import TRACKING_WARNING
 
     log = tmp_path / "train@x.log"
@@ -306,7 +306,7 @@ def _ray(args, env):
 def cluster():
     """A Ray cluster of two nodes on 127.0.0.1 with 1 CPU each (the head and one worker node), and an MLflow
     tracking server."""
-    from noisydml.pipeline.rehearsal import stage_env
+    from noisydml.tools.rehearsal import stage_env
 
     env = stage_env()
     env["RAY_USAGE_STATS_ENABLED"] = "0"

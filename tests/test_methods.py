@@ -7,7 +7,7 @@ from noisydml.config import load_params
 from noisydml.engine.optim import build_optimizer
 from noisydml.methods import build_method, method_names
 from noisydml.methods.base import MethodSetup
-from noisydml.pipeline.check import check_all
+from noisydml.tools.check import check_all
 
 PARAMS = check_all(load_params("params.yaml"))
 

@@ -17,7 +17,7 @@ import pytest
 from dvc.utils.hydra import apply_overrides
 
 from noisydml.config import load_params, read_params_file
-from noisydml.pipeline.check import check_all, validate_all
+from noisydml.tools.check import check_all, validate_all
 from noisydml.schema import ParamsError
 
 from conftest import REPO, with_readme_dataset

@@ -1,4 +1,4 @@
-"""``-S`` as a transaction (noisydml.pipeline.overrides, ``noisydml launch -S``): DVC's meaning, our careful write.
+"""``-S`` as a transaction (noisydml.tools.overrides, ``noisydml launch -S``): DVC's meaning, our careful write.
 
 A refused value and ``--dry`` leave params.yaml byte-identical; a valid ``-S`` changes its value's line only,
 comments and YAML anchors kept, and the file then holds exactly the data DVC's own ``-S`` gives; a write killed
@@ -20,7 +20,7 @@ import yaml
 
 from conftest import REPO, run_command
 from noisydml.config import read_params_file
-from noisydml.pipeline.overrides import apply, dvc_apply
+from noisydml.tools.overrides import apply, dvc_apply
 from noisydml.schema import ParamsError
 
 
@@ -64,7 +64,7 @@ def test_a_valid_override_changes_its_lines_only_and_gives_dvcs_data(overrides, 
 
 
 def test_a_refused_or_dry_override_leaves_params_yaml_byte_identical(tmp_path):
-    from noisydml.pipeline.rehearsal import stage_env
+    from noisydml.tools.rehearsal import stage_env
 
     env = stage_env()
     root = tmp_path / "repo"
@@ -77,7 +77,7 @@ def test_a_refused_or_dry_override_leaves_params_yaml_byte_identical(tmp_path):
     run_command(["git", "init", "-q"], root, env)
     run_command([sys.executable, "-m", "dvc", "init", "-q"], root, env)
     before = (root / "params.yaml").read_bytes()
-    launch = [sys.executable, "-m", "noisydml.pipeline.launch"]
+    launch = [sys.executable, "-m", "noisydml.tools.launch"]
     for args in (["--dry", "-S", "noise.sym50.rate=50"], ["-S", "noise.sym50.rate=50"],
                  ["-S", "train.epochs=3", "-S", "train.optimizer.name=adamw2"], ["-S", "no.such.key=1"]):
         proc = subprocess.run([*launch, *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)

@@ -1,8 +1,8 @@
 """A corpus of the mistakes a user makes in params.yaml: each refused alone with its key, its value, what is
 allowed and (where there is one) a near miss of the same kind; all of them at once in one batch, every one listed.
 
-Each mistake is a ``-S`` override, applied with DVC's own code (:func:`noisydml.pipeline.overrides.apply`, on a copy)
-and validated whole (:func:`noisydml.pipeline.check.validate_all`), as ``noisydml launch -S`` does.
+Each mistake is a ``-S`` override, applied with DVC's own code (:func:`noisydml.tools.overrides.apply`, on a copy)
+and validated whole (:func:`noisydml.tools.check.validate_all`), as ``noisydml launch -S`` does.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from noisydml.pipeline.check import validate_all
-from noisydml.pipeline.overrides import apply
+from noisydml.tools.check import validate_all
+from noisydml.tools.overrides import apply
 from noisydml.schema import MAX_ERRORS, ParamsError, messages_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_a_single_mistake_is_refused_with_its_key_value_allowed_and_near_miss(ov
 def test_a_report_name_of_no_run_is_said_with_its_near_miss_and_not_refused(override, key, near):
     """A label or panel entry for a run this configuration does not define is kept (a profile's chain, a chain
     dropped here) but said by `noisydml check` and the launcher: a typo labels nothing."""
-    from noisydml.pipeline.check import report_name_warnings
+    from noisydml.tools.check import report_name_warnings
 
     edit = apply(REPO / "params.yaml", [override])
     warnings = report_name_warnings(validate_all(edit.data))

@@ -1,5 +1,5 @@
 """params.yaml's JSON Schema (from the pydantic models the loader validates with; ``python -m
-noisydml.pipeline.params_schema`` writes it to params.schema.json for an editor): a valid JSON Schema, accepted by
+noisydml.tools.params_schema`` writes it to params.schema.json for an editor): a valid JSON Schema, accepted by
 params.yaml, refusing what the loader refuses, and every declared key written in params.yaml."""
 
 import json
@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from noisydml.config import read_params_file
-from noisydml.pipeline.params_schema import SCHEMA_FILE, params_json_schema, write_schema
+from noisydml.tools.params_schema import SCHEMA_FILE, params_json_schema, write_schema
 
 from conftest import REPO
 

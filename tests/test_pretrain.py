@@ -9,7 +9,7 @@ import torch
 from noisydml.data import glyphs
 from noisydml.engine.pretrain import pretrain_backbone
 from noisydml.models import SmallCNN, adapt_first_layer, check_backbone, load_backbone_weights
-from noisydml.pipeline.check import validate_all
+from noisydml.tools.check import validate_all
 from noisydml.schema import ParamsError
 
 

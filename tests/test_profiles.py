@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from noisydml.pipeline.profiles import (PROFILES_PAGE, SETTINGS_BEGIN, SETTINGS_END, exp_command, load_profiles, params_after,
+from noisydml.tools.profiles import (PROFILES_PAGE, SETTINGS_BEGIN, SETTINGS_END, exp_command, load_profiles, params_after,
                                         profiles_table, readme_with_settings, settings_tables)
 from noisydml.runs import runs_of
 from noisydml.schema import ParamsError
@@ -59,8 +59,8 @@ def test_authors_settings_reach_the_params(applied):
 def test_readme_prints_the_generated_profile_and_settings_tables(applied):
     readme = (REPO / PROFILES_PAGE).read_text()
     from noisydml.config import load_params
-    from noisydml.pipeline.check import check_all
-    from noisydml.pipeline.profiles import settings_page
+    from noisydml.tools.check import check_all
+    from noisydml.tools.profiles import settings_page
 
     text = settings_page(PROFILES, applied, check_all(load_params(REPO / "params.yaml")))
     assert readme_with_settings(readme, text) == readme, \
@@ -98,7 +98,7 @@ def test_each_sgps_profiles_lr_never_rises_after_its_minimum(name, applied):
 
     from noisydml.engine.optim import lr_factor
     from noisydml.engine.sampling import steps_per_epoch
-    from noisydml.pipeline.profiles import _images
+    from noisydml.tools.profiles import _images
 
     params = applied[name]
     train = params["train"]
@@ -171,7 +171,7 @@ def test_the_plan_gives_every_figure_its_basis_and_says_what_does_not_fit(applie
     forwarded positives do not, and the plan says so with the figure."""
     import copy
 
-    from noisydml.pipeline.plan import MACHINE, plan_text, profile_plan
+    from noisydml.tools.plan import MACHINE, plan_text, profile_plan
 
     params = applied["sgps/table4_pairwise"]
     plan = profile_plan("sgps/table4_pairwise", params)
@@ -210,8 +210,8 @@ def test_prism_s_selection_at_sop_scale_keeps_almost_nothing_under_the_authors_r
     sys.path.insert(0, str(REPO / "scripts"))
     from bench_prism_scale import simulate
 
-    from noisydml.pipeline.plan import selection_settings
-    from noisydml.pipeline.profiles import kept_shares
+    from noisydml.tools.plan import selection_settings
+    from noisydml.tools.profiles import kept_shares
     from noisydml.studies.prism import selection_caption
 
     settings = selection_settings(applied["prism/table1_sop"])

@@ -13,7 +13,7 @@ import pytest
 from noisydml import io
 from noisydml.data.prepared import write_prepared_files
 from noisydml.noise import NoiseInputError, NoiseInputs, corrupt_labels
-from noisydml.pipeline.check import validate_all
+from noisydml.tools.check import validate_all
 from noisydml.pipeline.corrupt import corrupt
 from noisydml.pipeline.layout import Layout
 from noisydml.schema import ParamsError

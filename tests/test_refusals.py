@@ -1,4 +1,4 @@
-"""What a stage would refuse later is refused by `python -m noisydml.pipeline.check` first, naming the file once,
+"""What a stage would refuse later is refused by `python -m noisydml.tools.check` first, naming the file once,
 the key, the value and what is allowed; every helper script answers --help."""
 
 import subprocess
@@ -34,7 +34,7 @@ CASES = {
 
 
 def _check(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "noisydml.pipeline.check", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "noisydml.tools.check", str(path)], capture_output=True,
                           text=True, cwd=REPO)
 
 
@@ -82,7 +82,7 @@ MISTAKES = {
 def test_each_mistake_alone_is_refused_naming_its_key(case, tmp_path):
     """In this process (the command line's wording is the all-at-once test's, below)."""
     from noisydml.config import read_params_file
-    from noisydml.pipeline.check import validate_all
+    from noisydml.tools.check import validate_all
     from noisydml.schema import ParamsError
 
     edit, expected = MISTAKES[case]
@@ -128,7 +128,7 @@ def test_a_key_written_twice_is_refused_naming_the_file_once(tmp_path):
 
 
 def test_check_help_is_help_not_a_file_name():
-    result = subprocess.run([sys.executable, "-m", "noisydml.pipeline.check", "--help"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "noisydml.tools.check", "--help"], capture_output=True,
                             text=True, cwd=REPO)
     assert result.returncode == 0 and "usage:" in result.stdout and "no such file" not in result.stderr
 
@@ -149,7 +149,7 @@ def test_every_script_answers_help(script):
 
 
 def test_a_mistyped_profile_is_named_with_the_allowed_ones():
-    result = subprocess.run([sys.executable, "-m", "noisydml.pipeline.console", "profile", "show", "prism/no_such"],
+    result = subprocess.run([sys.executable, "-m", "noisydml.tools.console", "profile", "show", "prism/no_such"],
                             capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2 and "'prism/no_such'" in result.stderr and "prism/table1_cub" in result.stderr
     assert "Traceback" not in result.stderr

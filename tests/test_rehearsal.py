@@ -14,8 +14,8 @@ from conftest import REPO, benchmark_params, serve_archives
 from noisydml.pipeline.layout import Layout
 from noisydml.pipeline.prepare import prepare
 from noisydml.pipeline.download import download
-from noisydml.pipeline.profiles import load_profiles, params_after
-from noisydml.pipeline.rehearsal import miniature, rehearsal_overrides, rehearse
+from noisydml.tools.profiles import load_profiles, params_after
+from noisydml.tools.rehearsal import miniature, rehearsal_overrides, rehearse
 
 PROFILES = load_profiles(REPO / "profiles")
 

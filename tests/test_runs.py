@@ -33,7 +33,7 @@ def resolved(tmp_path_factory):
     with Repo(root) as repo:
         stages = {s.name: (s.cmd, [str(o.def_path) for o in s.outs]) for s in repo.index.stages}
         deps = {s.name: [str(d.def_path) for d in s.deps] for s in repo.index.stages}
-    from noisydml.pipeline.check import check_all
+    from noisydml.tools.check import check_all
 
     return check_all(load_params(root / "params.yaml")), stages, deps
 
@@ -98,18 +98,28 @@ def test_a_runs_overrides_are_the_only_difference_from_params(resolved):
 
 
 def _reached_by(stage_deps: dict[str, list[str]], path: str) -> set[str]:
-    """The kinds of stage a change of ``path`` makes stale: those with it, or a folder holding it, among their deps."""
+    """The kinds of stage a change of the package file ``path`` (``noisydml/...``) makes stale: those with a code
+    unit holding it (code/<kind>/<name>.json, as the code_digests stage writes it), or the folder of such a unit,
+    among their deps; a file no unit holds yet (a new study) reaches the stages with its unit's folder."""
+    from noisydml.pipeline.code_digests import KINDS, unit_files, unit_names
+
+    file = (REPO / "src" / path).resolve()
+    units = {f"code/{kind}/{name}.json" for kind in KINDS for name in unit_names(kind, REPO / "stages")
+             if file in unit_files(kind, name, REPO / "stages")}
+    if path.startswith("noisydml/studies/") and not file.exists():
+        units.add(f"code/studies/{file.stem}.json")
     return {name.split("@")[0] for name, deps in stage_deps.items()
-            if any(path == d or path.startswith(d + "/") for d in deps)}
+            if any(unit == d or unit.startswith(d + "/") for unit in units for d in deps)}
 
 
 @pytest.mark.parametrize("study, own_kinds", [("bspml", {"train_embedding_size", "train_bspml_cell", "bspml_maps"}),
                                                ("sgps", {"train_sgps_ablation"}), ("prism", set()),
                                                ("smooth_proxy_anchor", set())])
 def test_a_study_reaches_its_own_runs_evaluate_and_report_only(resolved, study, own_kinds):
-    """Editing a study's module re-runs its own stages, evaluate and report; never a grid or chained run. Adding a
-    study (a new file in the studies folder) reaches the stages with the folder among their deps: evaluate, report."""
+    """A change of a study's module re-runs its own stages, evaluate and report; never a grid or chained run. Adding
+    a study (a new file in the studies folder) reaches the stages with the folder of study units among their deps:
+    evaluate, report."""
     _, _, deps = resolved
-    assert _reached_by(deps, f"src/noisydml/studies/{study}.py") == own_kinds | {"evaluate", "report"}
-    assert _reached_by(deps, "src/noisydml/studies/a_new_paper.py") == {"evaluate", "report"}
-    assert _reached_by(deps, "src/noisydml/reporting/tables.py") == {"report"}
+    assert _reached_by(deps, f"noisydml/studies/{study}.py") == own_kinds | {"evaluate", "report"}
+    assert _reached_by(deps, "noisydml/studies/a_new_paper.py") == {"evaluate", "report"}
+    assert _reached_by(deps, "noisydml/reporting/tables.py") == {"report"}

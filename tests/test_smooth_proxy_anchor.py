@@ -17,7 +17,7 @@ from noisydml.methods.base import Batch, Decisions, MethodSetup
 from noisydml.methods.parts.smooth_proxy_anchor import (dense_confidences, relabel, smooth_proxy_anchor_loss,
                                                         smoothing)
 from noisydml.models import build_model
-from noisydml.pipeline.check import check_all
+from noisydml.tools.check import check_all
 from noisydml.schema import ParamsError
 from conftest import fit_job
 

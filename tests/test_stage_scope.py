@@ -16,7 +16,7 @@ from dvc.repo import Repo
 from dvc.utils.hydra import apply_overrides
 
 from conftest import REPO, load_script
-from noisydml.pipeline.rehearsal import run_checked, stage_env
+from noisydml.tools.rehearsal import run_checked, stage_env
 
 pytestmark = pytest.mark.e2e
 
@@ -141,7 +141,7 @@ def test_a_new_benchmark_re_runs_no_training(committed, tmp_path):
 
 
 def test_a_cross_section_rule_re_runs_nothing(committed, tmp_path):
-    stale, _ = _stale(committed, tmp_path, "a change in pipeline/check.py")
+    stale, _ = _stale(committed, tmp_path, "a change in tools/check.py")
     assert stale == set()
 
 

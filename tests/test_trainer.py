@@ -10,7 +10,7 @@ from noisydml.engine.sampling import epoch_batches, steps_per_epoch
 from noisydml.engine.types import ImageSet, RunSpec
 
 PARAMS = load_params("params.yaml")
-from noisydml.pipeline.check import check_all  # noqa: E402
+from noisydml.tools.check import check_all  # noqa: E402
 from conftest import fit_job
 
 PARAMS = check_all(PARAMS)
@@ -104,7 +104,7 @@ def test_best_validation_selects_on_held_out_classes_only(data, tmp_path):
 
 
 def test_best_validation_without_validation_classes_is_refused(raw_params):
-    from noisydml.pipeline.check import validate_all as validate_params
+    from noisydml.tools.check import validate_all as validate_params
 
     raw_params["train"]["model_selection"] = "best_validation"
     with pytest.raises(ParamsError, match="needs train.validation_classes > 0"):
@@ -213,7 +213,7 @@ def test_the_resume_fingerprint_covers_the_runs_own_code_only():
     files = {str(p).split("src/")[-1] for p in module_closure("noisydml.pipeline.train", "noisydml.methods.sgps")}
     assert {"noisydml/methods/sgps.py", "noisydml/methods/parts/sgps.py", "noisydml/methods/parts/prism.py",
             "noisydml/engine/trainer.py", "noisydml/pipeline/train.py"} <= files
-    assert not files & {"noisydml/tuning.py", "noisydml/reporting/figures.py", "noisydml/pipeline/check.py",
+    assert not files & {"noisydml/tuning.py", "noisydml/reporting/figures.py", "noisydml/tools/check.py",
                         "noisydml/methods/ms.py", "noisydml/methods/parts/bspml.py"}
 
 

@@ -336,7 +336,7 @@ def test_the_orderings_experiment_is_valid_through_dvcs_own_overrides(tmp_path, 
 
     from conftest import REPO, load_script
     from noisydml.config import load_params
-    from noisydml.pipeline.check import check_all
+    from noisydml.tools.check import check_all
     from noisydml.runs import runs_of
 
     script = load_script("tuning_orderings")
@@ -361,7 +361,7 @@ def test_the_ablation_grids_are_valid_through_dvcs_own_overrides(tmp_path, famil
 
     from conftest import REPO, load_script
     from noisydml.config import load_params
-    from noisydml.pipeline.check import check_all
+    from noisydml.tools.check import check_all
     from noisydml.studies import all_runs
 
     script = load_script("method_ablations")

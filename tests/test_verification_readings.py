@@ -116,6 +116,6 @@ def test_the_readings_are_named_alike_wherever_they_are_offered():
     --help answers before numpy and pandas) are one list."""
     from noisydml.evaluation import EVALUATE_SCHEMA
     from noisydml.evaluation.verification import TAR_READINGS
-    from noisydml.pipeline import verify_weights
+    from noisydml.tools import verify_weights
 
     assert tuple(EVALUATE_SCHEMA["tar_reading"].choices) == TAR_READINGS == verify_weights.TAR_READINGS

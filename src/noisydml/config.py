@@ -14,7 +14,7 @@ evaluation modules for theirs), imported by name only when a stage loads that
 section. Each registry (dataset kinds, noise kinds, methods) declares the
 schema of its own entries, validated where a stage uses one. The rules that
 span the whole file (every method a module of the catalog, no two runs in one
-folder, every study's sections) are :mod:`noisydml.pipeline.check`'s, which
+folder, every study's sections) are :mod:`noisydml.tools.check`'s, which
 the launcher and CI run before anything.
 """
 
@@ -235,7 +235,7 @@ def _check_named_sections(section: Any, key: str, what: str) -> dict[str, dict]:
 
     The body of each entry is validated by its kind's registry when a stage uses it
     (:func:`noisydml.data.registry.check_dataset`, :func:`noisydml.noise.check_noise`), or all at once
-    by :func:`noisydml.pipeline.check.check_all`.
+    by :func:`noisydml.tools.check.check_all`.
     """
     if not isinstance(section, Mapping) or not section:
         raise ParamsError(f"{key}: expected a non-empty mapping of {what} name -> settings")
@@ -440,7 +440,7 @@ def _check_weights(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> d
 def _check_methods(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, dict]:
     """``methods``: hyper-parameters per method name. Each entry is validated by its method's schema where a stage
     trains it (:func:`noisydml.methods.check_method`); that every name is a module of the method catalog is
-    :mod:`noisydml.pipeline.check`'s rule (and a stage refuses an unknown method it is asked to train)."""
+    :mod:`noisydml.tools.check`'s rule (and a stage refuses an unknown method it is asked to train)."""
     if not isinstance(section, Mapping):
         raise ParamsError("methods: expected a mapping of method name -> hyper-parameters")
     return {check_name(name, "methods"): dict(body or {}) for name, body in section.items()}
@@ -576,7 +576,7 @@ def _check_grid(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict
 
 def _check_figures(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
     """``figures.<key>``: sections the studies own (noisydml.studies), validated by each study where it is used and
-    all at once by noisydml.pipeline.check: editing a study's check re-runs that study's stages, not the grid."""
+    all at once by noisydml.tools.check: editing a study's check re-runs that study's stages, not the grid."""
     return {key: copy.deepcopy(body) for key, body in
             mapping_or_empty(section, "figures", "study sections (noisydml.studies)").items()}
 
@@ -640,7 +640,7 @@ def validate_params(raw: Any, sections=None) -> dict[str, Any]:
 
     A stage validates, and can read, only the sections it loads: what a registry owns inside them (a dataset's,
     a noise setting's or a method's own keys, the backbone name) is validated by the stage that uses it, with that
-    registry, so a stage imports (and DVC tracks) only the code it runs. :func:`noisydml.pipeline.check.check_all`
+    registry, so a stage imports (and DVC tracks) only the code it runs. :func:`noisydml.tools.check.check_all`
     validates everything at once, with the rules that span sections (``noisydml check``; the launcher, CI and the
     tests run it).
     """

@@ -8,7 +8,7 @@ or dies outright (SIGKILL: a watchdog process, in a session of its own, holds th
 writer is the parent; when the parent is gone the pipe closes and the watchdog stops the group). Stopping is
 SIGTERM to the group, then SIGKILL to what is left after a grace period.
 
-The launcher's Ray instance has its own watchdog (:func:`noisydml.pipeline.launch.start_watchdog`: Ray's processes
+The launcher's Ray instance has its own watchdog (:func:`noisydml.tools.launch.start_watchdog`: Ray's processes
 start sessions of their own, so they are recorded by PID); the tracking process exits when its stage's pipe closes
 (:class:`noisydml.tracking.TrackingProcess`).
 """

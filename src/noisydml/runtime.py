@@ -14,7 +14,7 @@ from typing import Any
 
 from noisydml.schema import Field, check_section
 
-#: Set by a launcher that runs a stage inside a process it keeps (noisydml.pipeline.launch): when it started the
+#: Set by a launcher that runs a stage inside a process it keeps (noisydml.tools.launch): when it started the
 #: stage (seconds since the epoch); the stage's timing record starts there instead of at the process's start.
 STAGE_STARTED = "NOISYDML_STAGE_STARTED"
 

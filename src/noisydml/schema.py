@@ -6,7 +6,7 @@ it, so none of them needs to import another to be validated.
 
 The validation itself is pydantic v2's (strict mode: a YAML string is never a number, ``true`` never an
 int; no NaN or infinity): each declared section becomes a pydantic model (:func:`section_model`), which also
-gives the JSON Schema of params.yaml (:mod:`noisydml.pipeline.params_schema`). Pydantic's errors are re-worded here so
+gives the JSON Schema of params.yaml (:mod:`noisydml.tools.params_schema`). Pydantic's errors are re-worded here so
 every message names the key, the value and what is allowed.
 """
 

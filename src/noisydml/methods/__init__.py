@@ -35,7 +35,7 @@ def load_spec(name: str):
 def check_method(params: dict, name: str, where: str | None = None) -> dict:
     """Validate ``methods.<name>`` of params (defaults filled in) and store it back; return it. Its
     :data:`PER_NOISE` entries are validated as the sections they make (the section with each noise's overrides),
-    and kept (which noise names exist is a cross-section rule: pipeline/check.py)."""
+    and kept (which noise names exist is a cross-section rule: tools/check.py)."""
     spec, where = load_spec(name), where or f"methods.{name}"
     section = dict(params["methods"].get(name) or {})
     per_noise = section.pop(PER_NOISE, None)

@@ -1,6 +1,6 @@
-"""What each DVC stage does: one module per stage (``stages/<x>.py`` calls ``noisydml.pipeline.<x>``).
+"""What each DVC stage does: one module per stage (``stages/<x>.py`` calls ``noisydml.pipeline.<x>``), and what
+stages share (layout, rundata, job). The tools around the pipeline, which no stage imports, are ``noisydml.tools``.
 
-A stage module imports only what its stage runs, and dvc.yaml declares exactly
-that code as the stage's dependencies (``tests/test_dependencies.py`` checks
-the two agree), so editing one stage's code re-runs only that stage.
+A stage depends on the code unit of its script (``code/stages/<x>.json``, :mod:`.code_digests`): the files it runs,
+digested by meaning, so a comment re-runs nothing and a change re-runs exactly the stages that run it.
 """

@@ -43,7 +43,7 @@ class BuiltJob:
 def check_run_params(params: dict, method: str, where: str | None = None) -> dict[str, Any]:
     """The checks every job's params pass (``params``: a run's, after its overrides; ``where`` names its
     hyper-parameters in an error, default ``methods.<method>``): the method's hyper-parameters (returned, the
-    schema's defaults filled in), the backbone and a frozen backbone's weights. pipeline/check.py runs the same on
+    schema's defaults filled in), the backbone and a frozen backbone's weights. tools/check.py runs the same on
     every chain and timing entry."""
     where = where or f"methods.{method}"
     hparams = check_method(params, method, where)

@@ -31,12 +31,12 @@ from noisydml.runs import TUNED_SUFFIX, chain_tunings_of, find_chain, runs_of, t
 from noisydml.studies import check_study, load_study, study_names
 from noisydml.studies.base import ReportContext
 
-#: What a rehearsal's report says first (``report.rehearsal``; :mod:`noisydml.pipeline.rehearsal`).
+#: What a rehearsal's report says first (``report.rehearsal``; :mod:`noisydml.tools.rehearsal`).
 REHEARSAL_NOTE = ("miniature stand-ins of the datasets (their real file formats, a few dozen images) and randomly "
                   "initialised backbones (the published weights' key layout), one epoch: these numbers mean "
                   "nothing. It shows that the profile launches and that every stage and table cell runs.")
 #: Every metric of every run (mean over seeds), what CI compares with the committed one
-#: (:mod:`noisydml.pipeline.guard`).
+#: (:mod:`noisydml.tools.guard`).
 ALL_METRICS = "all_metrics.json"
 #: DVC's metrics: one small file per run of the grid (``<dataset>/<noise>/<run>.json``), the few numbers a person
 #: compares, so that ``dvc metrics show`` / ``diff`` and ``dvc exp show`` fit a terminal.

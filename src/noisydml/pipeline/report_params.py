@@ -45,7 +45,7 @@ REPORT_SCHEMA = {
 
 def _check_report(section: Any, p: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
     """``report``; that its metrics are metrics the evaluate stage computes is checked by the report stage and by
-    :mod:`noisydml.pipeline.check` (it depends on ``evaluate.recall_at``)."""
+    :mod:`noisydml.tools.check` (it depends on ``evaluate.recall_at``)."""
     report = check_section(section, REPORT_SCHEMA, "report")
     for run, label in report["labels"].items():
         _check_value(label, Field(str), f"report.labels.{run}")

@@ -55,7 +55,7 @@ def check_study(params: dict[str, Any], name: str) -> dict[str, Any]:
 def check_studies(params: dict[str, Any]) -> dict[str, Any]:
     """Validate every study's sections and refuse ``figures`` sections no study owns; return params as they are
     (``figures`` stays as written: a study validates its sections again wherever they are used,
-    :func:`check_study`). That no two runs share a folder is :mod:`noisydml.pipeline.check`'s rule."""
+    :func:`check_study`). That no two runs share a folder is :mod:`noisydml.tools.check`'s rule."""
     owners = section_owners()
     unknown = [key for key in params["figures"] if key not in owners]
     if unknown:

@@ -69,7 +69,7 @@ def run_own_package(argv: list[str], root: Path | None = None) -> None:
     path = os.pathsep.join([str(own.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONPATH": path, OWN_PACKAGE_STARTED: "1"}
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-c", "import sys; from noisydml.pipeline.console import main; "
+    os.execve(sys.executable, [sys.executable, "-c", "import sys; from noisydml.tools.console import main; "
                                "sys.exit(main())", *argv], env)
 
 
@@ -91,21 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     rest = argv[1:]
     if args.command == "check":
         check_parser().parse_args(rest)  # --help answered here, before the check's imports (seconds)
-        from noisydml.pipeline.check import main as check
+        from noisydml.tools.check import main as check
 
         return check(rest)
     if args.command == "launch":
-        from noisydml.pipeline.launch import cli
+        from noisydml.tools.launch import cli
 
         return cli(rest)
     if args.command == "guard":
-        from noisydml.pipeline.guard import main as guard
+        from noisydml.tools.guard import main as guard
 
         return guard(rest)
     if args.command == "profile":
         return profile(rest)
     if args.command == "verify":
-        from noisydml.pipeline.verify_weights import main as verify
+        from noisydml.tools.verify_weights import main as verify
 
         return verify(rest)
     if args.command == "status":
@@ -143,7 +143,7 @@ def status(argv: list[str]) -> int:
 
 
 def check_parser() -> argparse.ArgumentParser:
-    """``noisydml check``'s options (here, not in noisydml.pipeline.check: its help must not wait for its imports)."""
+    """``noisydml check``'s options (here, not in noisydml.tools.check: its help must not wait for its imports)."""
     parser = argparse.ArgumentParser(prog="noisydml check", description="Validate all of params.yaml at once: every "
                                      "problem of every section, each with its key, value and what is allowed.")
     parser.add_argument("params", nargs="?", default="params.yaml", help="the params file (default: params.yaml)")
@@ -151,8 +151,8 @@ def check_parser() -> argparse.ArgumentParser:
 
 
 def profile(argv: list[str]) -> int:
-    """``noisydml profile ...``: the paper profiles (noisydml.pipeline.profiles, docs/profiles.md)."""
-    from noisydml.pipeline.profiles import load_profiles
+    """``noisydml profile ...``: the paper profiles (noisydml.tools.profiles, docs/profiles.md)."""
+    from noisydml.tools.profiles import load_profiles
 
     profiles = load_profiles()
     args = profile_parser(profiles, argv).parse_args(argv)
@@ -176,7 +176,7 @@ def profile_parser(profiles: dict, argv: list[str] = ()) -> argparse.ArgumentPar
                        ("run", "run it: downloads, weights, training, the report (a GPU machine with internet)")):
         action = actions.add_parser(name, help=text)
         action.add_argument("profile", choices=list(profiles), metavar="PROFILE", help="one of `noisydml profile list`")
-    from noisydml.pipeline.rehearsal import MINIATURE_KINDS
+    from noisydml.tools.rehearsal import MINIATURE_KINDS
 
     # the rule, not the list: the list takes every profile applied through DVC (seconds), too slow for --help
     rehearse = actions.add_parser(
@@ -190,10 +190,10 @@ def profile_parser(profiles: dict, argv: list[str] = ()) -> argparse.ArgumentPar
 
 
 def _profile_action(args: argparse.Namespace, profiles: dict) -> int:
-    from noisydml.pipeline.profiles import (PROFILES_PAGE, exp_command, lr_curves, params_after, profiles_table,
+    from noisydml.tools.profiles import (PROFILES_PAGE, exp_command, lr_curves, params_after, profiles_table,
                                             readme_with_settings, settings_tables)
 
-    if args.action == "list":  # with the GPU-hour estimate of noisydml.pipeline.profiles.estimate (its assumptions)
+    if args.action == "list":  # with the GPU-hour estimate of noisydml.tools.profiles.estimate (its assumptions)
         print(profiles_table(profiles))
     elif args.action == "check":
         for name, p in profiles.items():  # through DVC's own override code, as `dvc exp run -S` applies them
@@ -201,8 +201,8 @@ def _profile_action(args: argparse.Namespace, profiles: dict) -> int:
             print(f"{name}: valid")
     elif args.action == "settings":
         from noisydml.config import load_params
-        from noisydml.pipeline.check import check_all
-        from noisydml.pipeline.profiles import settings_page
+        from noisydml.tools.check import check_all
+        from noisydml.tools.profiles import settings_page
 
         applied = {name: params_after(p["set"]) for name, p in profiles.items()}
         text = settings_page(profiles, applied, check_all(load_params("params.yaml")))
@@ -213,14 +213,14 @@ def _profile_action(args: argparse.Namespace, profiles: dict) -> int:
         else:
             print(text)
     elif args.action == "plan":
-        from noisydml.pipeline.plan import plan_text, profile_plan
+        from noisydml.tools.plan import plan_text, profile_plan
 
         print(plan_text(profile_plan(args.profile, params_after(profiles[args.profile]["set"]))))
     elif args.action == "lr":
         applied = {name: params_after(p["set"]) for name, p in profiles.items()}
         print(f"{lr_curves(profiles, applied, args.png)}: written")
     elif args.action == "rehearse":
-        from noisydml.pipeline.rehearsal import rehearse, why_not_rehearsable
+        from noisydml.tools.rehearsal import rehearse, why_not_rehearsable
 
         if args.profile not in profiles:
             return _refuse(f"profile {args.profile!r} does not exist; allowed: {', '.join(profiles)}")

@@ -288,7 +288,7 @@ def face_miniature() -> Path:
 def why_not_rehearsable(profile: dict) -> str | None:
     """Why a profile (``load_profiles()[name]``) cannot be rehearsed, or None: a dataset with no miniature, or noise
     from the PRISM authors' published lists (they name the real datasets' files)."""
-    from noisydml.pipeline.profiles import params_after
+    from noisydml.tools.profiles import params_after
 
     params = params_after(profile["set"])
     for name in params["grid"]["datasets"]:
@@ -459,7 +459,7 @@ def rehearse(name: str, profile: dict, repo: str | Path = ".", folder: str | Pat
     """Rehearse one profile (``load_profiles()[name]``) in ``folder`` (a new temporary folder if None; kept, with
     its report): returns the folder. ``extra``: more ``-S`` overrides after the rehearsal's (e.g. an opt-in stage
     that the rehearsal should exercise too)."""
-    from noisydml.pipeline.profiles import params_after
+    from noisydml.tools.profiles import params_after
 
     repo = Path(repo).resolve()
     folder = Path(folder or tempfile.mkdtemp(prefix=f"rehearse-{name.replace('/', '-')}-"))

@@ -659,7 +659,7 @@ def start_watchdog(root: Path):
     it holds closes), it kills what the driver left of its local Ray instance (:func:`reap_ray_processes`)."""
     read, write = os.pipe()
     code = ("import os, sys, time; from pathlib import Path;"
-            "from noisydml.pipeline.launch import reap_ray_processes;"
+            "from noisydml.tools.launch import reap_ray_processes;"
             f"os.read({read}, 1); time.sleep(0.5); reap_ray_processes(Path(sys.argv[1]))")
     watchdog = subprocess.Popen([sys.executable, "-c", code, str(root)], pass_fds=(read,), start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -759,9 +759,9 @@ def main(argv: list[str] | None = None) -> int:
 def apply_overrides(args) -> Any:
     """``-S``: a transaction: DVC's -S on a copy, the result validated whole (every problem at once), and only
     then written, as a minimal edit of the file (comments and anchors kept); ``--dry`` writes nothing. Returns the
-    edit (:func:`noisydml.pipeline.overrides.apply`)."""
-    from noisydml.pipeline.check import report_name_warnings, validate_all
-    from noisydml.pipeline.overrides import apply
+    edit (:func:`noisydml.tools.overrides.apply`)."""
+    from noisydml.tools.check import report_name_warnings, validate_all
+    from noisydml.tools.overrides import apply
 
     edit = apply(args.params, args.set_param)
     checked = validate_all(edit.data, files=Path(args.params).resolve().parent)
@@ -868,7 +868,7 @@ def dry_run(the_plan: Plan, durations: dict, jobs: int | None, edit=None, root: 
     """``--dry``: the stages that would run (stale now, or needing one that would), the estimate; nothing runs.
     With ``edit`` (``-S``, not written): also the stages whose declared params it changes, and the stages it would
     add to the graph (DVC's parse of dvc.yaml under the edited params), which have never run."""
-    from noisydml.pipeline.overrides import touches
+    from noisydml.tools.overrides import touches
 
     would: list = []
     changed = edit.changed_keys() if edit else []
@@ -878,7 +878,7 @@ def dry_run(the_plan: Plan, durations: dict, jobs: int | None, edit=None, root: 
             would.append(stage)
     added: list[str] = []
     if edit is not None and root is not None:
-        from noisydml.pipeline.overrides import stage_names_with
+        from noisydml.tools.overrides import stage_names_with
 
         edited = stage_names_with(root / "dvc.yaml", edit.text)
         added = sorted(edited - {s.addressing for s in the_plan.order})

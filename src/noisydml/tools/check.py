@@ -230,7 +230,7 @@ def validate_all(raw: Any, files: Path | None = None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from noisydml.pipeline.console import check_parser
+    from noisydml.tools.console import check_parser
 
     path = check_parser().parse_args(argv).params
     try:

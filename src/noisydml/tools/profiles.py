@@ -279,7 +279,7 @@ KEPT_SHARES = Path(__file__).resolve().parents[3] / "references" / "prism_select
 def kept_shares(params: dict, path: str | Path = KEPT_SHARES) -> list[dict] | None:
     """The simulated kept shares of the profile's PRISM selections (both rules), or None when the profile has none;
     a setting the file lacks is refused, naming the command that measures it."""
-    from noisydml.pipeline.plan import selection_settings
+    from noisydml.tools.plan import selection_settings
 
     wanted = selection_settings(params)
     if not wanted:
@@ -305,9 +305,9 @@ def _kept_cell(shares: list[dict] | None) -> str:
 
 def profiles_table(profiles: dict[str, dict], applied: dict[str, dict] | None = None) -> str:
     """Markdown: every profile, what it reproduces, its runs, iterations per run, estimated GPU hours, what it needs
-    of the node (:mod:`noisydml.pipeline.plan`) and PRISM's kept share at its scale (``applied``: each profile's
+    of the node (:mod:`noisydml.tools.plan`) and PRISM's kept share at its scale (``applied``: each profile's
     params after its overrides, when the caller has them)."""
-    from noisydml.pipeline.plan import MACHINE, profile_plan, summary_row
+    from noisydml.tools.plan import MACHINE, profile_plan, summary_row
 
     applied = applied or {name: params_after(profile["set"]) for name, profile in profiles.items()}
     lines = ["| profile | reproduces | runs | iterations per run (largest) | estimated GPU hours | GPU memory per "
@@ -357,10 +357,10 @@ def readme_with_settings(readme: str, tables: str) -> str:
 
 def params_after(overrides: list[str], params: str | Path = "params.yaml") -> dict[str, Any]:
     """``params`` after ``dvc exp run -S`` applies ``overrides`` (DVC's own code, on a copy), read by the stages'
-    loader and validated whole (:func:`noisydml.pipeline.check.check_all`)."""
+    loader and validated whole (:func:`noisydml.tools.check.check_all`)."""
     from noisydml.config import load_params
-    from noisydml.pipeline.check import check_all
-    from noisydml.pipeline.overrides import dvc_apply
+    from noisydml.tools.check import check_all
+    from noisydml.tools.overrides import dvc_apply
 
     with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / "params.yaml"

@@ -3,7 +3,7 @@
 (``# yaml-language-server: $schema=params.schema.json``: VS Code's YAML extension, and any editor using the YAML
 language server, then completes keys, shows each key's help and marks a wrong type or value as you type).
 
-``python -m noisydml.pipeline.params_schema`` writes it (a generated file, not committed: it follows the methods,
+``python -m noisydml.tools.params_schema`` writes it (a generated file, not committed: it follows the methods,
 kinds and studies present); a test checks params.yaml against it. What a schema cannot say (checks across keys, such as a chain's upstream being in the
 grid) is checked at load time only (``noisydml check``).
 """

@@ -16,7 +16,7 @@ code) and the sizes of real tensors, never from a guess of a whole run:
   loader's workers (:data:`WORKER_BYTES`, assumed).
 - **Disk**: the dataset (the benchmarks' published sizes; MS1MV0's estimated) and per run its checkpoint and its
   outputs (the model and method state, the embeddings of every training and test row).
-- **Hours**: :func:`noisydml.pipeline.profiles.estimate` (the H100 rates of docs/gpu.md).
+- **Hours**: :func:`noisydml.tools.profiles.estimate` (the H100 rates of docs/gpu.md).
 
 A profile *fits* when every run's GPU memory is within one GPU, :data:`MACHINE`'s GPUs can run its runs side by
 side within the host memory, and its disk is within the node's; otherwise ``plan`` says which figure does not.
@@ -232,7 +232,7 @@ def _dataset_disk(params: dict, dataset: str) -> Figure:
 def run_plan(params: dict, run) -> RunPlan:
     """One run's figures (see the module docstring)."""
     from noisydml.engine.sampling import steps_per_epoch
-    from noisydml.pipeline.profiles import _images
+    from noisydml.tools.profiles import _images
 
     run_params = run.params(params)
     train_cfg, method_cfg = run_params["train"], run_params["methods"][run.method]
@@ -250,7 +250,7 @@ def run_plan(params: dict, run) -> RunPlan:
     if method_cfg.get("positive_source") == "forward":
         forwarded *= 1 + int(method_cfg["positives_per_sample"])
         why += f" x (1 + K = {method_cfg['positives_per_sample']} forwarded positives)"
-    from noisydml.pipeline.profiles import TWO_NETWORKS
+    from noisydml.tools.profiles import TWO_NETWORKS
 
     if run.method in TWO_NETWORKS:
         forwarded *= 2
@@ -362,8 +362,8 @@ def selection_settings(params: dict) -> list[dict]:
 
 
 def profile_plan(name: str, params: dict) -> ProfilePlan:
-    """The plan of profile ``name`` from its params after its overrides (:func:`noisydml.pipeline.profiles.params_after`)."""
-    from noisydml.pipeline.profiles import estimate
+    """The plan of profile ``name`` from its params after its overrides (:func:`noisydml.tools.profiles.params_after`)."""
+    from noisydml.tools.profiles import estimate
     from noisydml.runs import runs_of
 
     runs = [run_plan(params, run) for run in runs_of(params)]
@@ -377,7 +377,7 @@ def plan_text(plan: ProfilePlan) -> str:
     lines = [f"## {plan.name}", "", f"Machine: {plan.machine.title}.", "",
              "| figure | needed | basis |", "|---|---|---|",
              f"| GPU hours | {plan.hours:,.1f} | the profile's steps at the H100 rates of docs/gpu.md "
-             "(noisydml.pipeline.profiles.estimate) |",
+             "(noisydml.tools.profiles.estimate) |",
              f"| GPU memory, largest run | {plan.largest('gpu').total('gpu') / GIB:,.1f} GiB | "
              f"{plan.largest('gpu').run}, per process (below) |",
              f"| host memory, {plan.concurrent()} run(s) at once | {plan.host_needed() / GIB:,.0f} GiB | the largest "
