@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from noisydml.pipeline.code_digests import DIGEST_STAGES
+from noisydml.pipeline.code_digests import is_digest_stage
 from noisydml.tools.console import run_digest_stages
 from noisydml.tools.guard import is_data
 
@@ -31,13 +31,9 @@ UNCHANGED = 3
 ABSENT = ("deleted", "not in cache")
 
 
-def is_digest(stage_name: str) -> bool:
-    return stage_name.split("@")[0] in DIGEST_STAGES
-
-
 def made_by_stages(repo) -> list[str]:
     """The paths stages write (their ``outs``) but the digest stages', relative to the repository root."""
-    return [str(out.def_path).rstrip("/") for stage in repo.index.stages if not is_digest(stage.addressing)
+    return [str(out.def_path).rstrip("/") for stage in repo.index.stages if not is_digest_stage(stage.addressing)
             for out in stage.outs]
 
 
@@ -45,7 +41,7 @@ def changed_inputs(status: dict, outputs: list[str]) -> list[str]:
     """The lines of `dvc status --json` that are a change of some stage's own input, as ``stage: what``."""
     changes = []
     for stage, entries in status.items():
-        if is_digest(stage):
+        if is_digest_stage(stage):
             continue  # its dependencies are the source files' bytes; what they mean is its outputs
         for entry in entries:
             if isinstance(entry, str):  # "changed checksum", "always changed", a new stage, ...

@@ -77,14 +77,26 @@ def unit_names(kind: str, scripts: Path = STAGE_SCRIPTS) -> list[str]:
     return study_names()
 
 
+def is_digest_stage(stage: str) -> bool:
+    """Whether DVC stage ``stage`` (``name`` or ``name@item``) is one of :data:`DIGEST_STAGES`."""
+    return stage.split("@")[0] in DIGEST_STAGES
+
+
+def unit_record(kind: str, name: str, files, digests: dict[str, str]) -> dict:
+    """``{"unit": "<kind>/<name>", "files": {file: sha256 of its meaning}}`` for unit ``files``, their digests
+    looked up in ``digests`` (:func:`noisydml.closure.file_digests` of them, or of more)."""
+    return {"unit": f"{kind}/{name}", "files": {f: digests[f] for f in sorted(file_name(p) for p in files)}}
+
+
 def code_unit(kind: str, name: str, scripts: Path = STAGE_SCRIPTS) -> dict:
-    """``{"unit": "<kind>/<name>", "files": {file: sha256 of its meaning}}``."""
-    return {"unit": f"{kind}/{name}", "files": file_digests(unit_files(kind, name, scripts))}
+    """Unit ``name`` of ``kind`` as the stage writes it (:func:`unit_record`)."""
+    files = unit_files(kind, name, scripts)
+    return unit_record(kind, name, files, file_digests(files))
 
 
 def write_code_digests(folder: Path = CODE, scripts: Path = STAGE_SCRIPTS) -> dict[str, int]:
-    """Every unit of every kind (:func:`code_unit`'s content; each file digested once), one folder per kind written
-    atomically; returns how many of each."""
+    """Every unit of every kind (each file digested once), one folder per kind written atomically; returns how many
+    of each."""
     units = {(kind, name): unit_files(kind, name, scripts) for kind in KINDS for name in unit_names(kind, scripts)}
     digests = file_digests(set().union(*units.values()))
     written = {}
@@ -92,7 +104,6 @@ def write_code_digests(folder: Path = CODE, scripts: Path = STAGE_SCRIPTS) -> di
         names = [name for k, name in units if k == kind]
         with io.atomic_dir(folder / kind) as tmp:
             for name in names:
-                files = sorted(file_name(p) for p in units[kind, name])
-                io.write_json(tmp / f"{name}.json", {"unit": f"{kind}/{name}", "files": {f: digests[f] for f in files}})
+                io.write_json(tmp / f"{name}.json", unit_record(kind, name, units[kind, name], digests))
         written[kind] = len(names)
     return written

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_digest_stages(root: Path = Path("."), env: dict | None = None) -> list[str]:
     """``dvc repro --single-item`` of the digest stages dvc.yaml has (code_digests, chain_code's items: they train
     nothing), so that ``dvc status`` compares what the code means now; returns their names."""
-    from noisydml.pipeline.code_digests import DIGEST_STAGES
+    from noisydml.pipeline.code_digests import is_digest_stage
 
     def dvc(*args: str) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, env=env, capture_output=True, text=True)
@@ -124,7 +124,7 @@ def run_digest_stages(root: Path = Path("."), env: dict | None = None) -> list[s
             raise RuntimeError(f"dvc {' '.join(args)} failed in {root}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         return proc
 
-    names = [n for n in dvc("stage", "list", "--name-only").stdout.split() if n.split("@")[0] in DIGEST_STAGES]
+    names = [n for n in dvc("stage", "list", "--name-only").stdout.split() if is_digest_stage(n)]
     if names:
         dvc("repro", "--single-item", *names)
     return names
