@@ -86,10 +86,11 @@ def _new_study_with_runs(root: Path) -> None:
 
 
 def _new_benchmark(root: Path) -> None:
-    """The route docs/extending.md gives for a benchmark: an entry of BENCHMARKS and its params entry (here CUB's,
-    renamed), no grid naming it."""
-    with open(root / "src/noisydml/data/benchmarks.py", "a") as f:
-        f.write('\nBENCHMARKS["cub200_copy"] = BENCHMARKS["cub200"]\n')
+    """The route docs/extending.md gives for a benchmark: a module in data/kinds (here CUB's benchmark under
+    another kind name) and its params entry, no grid naming it."""
+    (root / "src/noisydml/data/kinds/cub200_copy.py").write_text(
+        '"""A copy of cub200."""\n\nfrom noisydml.data.benchmarks import benchmark_kind\n'
+        'from noisydml.data.kinds.cub200 import BENCHMARK\n\nKIND = benchmark_kind("cub200_copy", BENCHMARK)\n')
     with modify_yaml(root / "params.yaml") as params:
         params["datasets"]["cub_copy"] = {**copy.deepcopy(params["datasets"]["cub"]), "kind": "cub200_copy"}
 
@@ -131,14 +132,20 @@ EDITS: list[tuple[str, Callable[[Path], None]]] = [
     ("a change in SGPS's parts file", _append("src/noisydml/methods/parts/sgps.py", A_CHANGE)),
     ("a new method over a PML loss (grid.methods unchanged)", _new_pml_method),
     ("a new study with runs (module, stage template, params section)", _new_study_with_runs),
-    ("a new benchmark (an entry of benchmarks.py, its params entry)", _new_benchmark),
+    ("a new benchmark (a module in data/kinds, its params entry)", _new_benchmark),
     ("a change in tools/check.py", _append("src/noisydml/tools/check.py", A_CHANGE)),
     ("a change in reporting/figures.py", _append("src/noisydml/reporting/figures.py", A_CHANGE)),
     ("a change in the trainer loop (engine/trainer.py)", _append("src/noisydml/engine/trainer.py", A_CHANGE)),
-    ("a change in one dataset kind (data/faces.py)", _append("src/noisydml/data/faces.py", A_CHANGE)),
+    ("a change in the grid's dataset kind (data/glyphs.py)", _append("src/noisydml/data/glyphs.py", A_CHANGE)),
+    ("a change in another dataset kind (data/faces.py)", _append("src/noisydml/data/faces.py", A_CHANGE)),
+    ("a change in face verification (pipeline/face_features.py)",
+     _append("src/noisydml/pipeline/face_features.py", A_CHANGE)),
     ("a change in the report section's schema (pipeline/report_params.py)",
      _append("src/noisydml/pipeline/report_params.py", A_CHANGE)),
-    ("a change in the shared sections' schema (config.py)", _append("src/noisydml/config.py", A_CHANGE)),
+    ("a change in one section's schema (sections/noise_runs.py)",
+     _append("src/noisydml/sections/noise_runs.py", A_CHANGE)),
+    ("a change in the train section's schema (sections/train.py)", _append("src/noisydml/sections/train.py", A_CHANGE)),
+    ("a change in the params loader (config.py)", _append("src/noisydml/config.py", A_CHANGE)),
     ("evaluate.max_k: 1000", _set_param("evaluate", "max_k", "1000")),
     ("runtime.amp: bfloat16", _set_param("runtime", "amp", "bfloat16")),
 ]

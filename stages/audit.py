@@ -4,7 +4,7 @@
 from noisydml.cli import run_grid_stage
 
 #: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
-SECTIONS = ("figures", "noise_runs")
+SECTIONS = ("grid", "figures", "noise_runs")
 
 
 def _load():

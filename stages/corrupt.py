@@ -3,7 +3,7 @@
 from noisydml.cli import run_grid_stage
 
 #: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
-SECTIONS = ("noise", "noise_runs")
+SECTIONS = ("grid", "noise", "noise_runs")
 
 
 def _load():

@@ -3,7 +3,7 @@
 from noisydml.cli import run_grid_stage
 
 #: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
-SECTIONS = ("datasets",)
+SECTIONS = ("grid", "datasets")
 
 
 def _load():

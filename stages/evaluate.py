@@ -4,7 +4,7 @@
 from noisydml.cli import run_grid_stage
 
 #: The params sections this stage loads (noisydml.cli; tests/test_dependencies.py checks them against dvc.yaml)
-SECTIONS = ("evaluate", "chains", "tuned_runs", "figures", "tracking", "methods", "train")
+SECTIONS = ("grid", "evaluate", "chains", "tuned_runs", "figures", "tracking", "methods", "train")
 
 
 def _load():

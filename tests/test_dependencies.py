@@ -22,7 +22,7 @@ def _method_names():
 
 
 #: A code unit as a stage declares it: ``code/<kind>/<name>.json``, or the folder of every study's.
-CODE_UNIT = re.compile(r"^code/(stages|methods|studies)/(.+)\.json$")
+CODE_UNIT = re.compile(r"^code/(stages|methods|studies|datasets|training)/(.+)\.json$")
 
 
 @pytest.mark.parametrize("name", sorted(DVC))
@@ -34,7 +34,8 @@ def test_a_stage_depends_on_its_scripts_code_unit_and_on_no_source_file(name):
     deps = body["deps"]
     if name == "code_digests":
         assert deps == ["src/noisydml", "stages"]
-        assert body["outs"] == ["code/stages", "code/methods", "code/studies"]
+        assert body["outs"] == ["code/stages", "code/methods", "code/studies", "code/datasets", "code/training"]
+        assert body["params"] == ["datasets"]  # each dataset's kind names the module of its unit
         return
     assert not [d for d in deps if d.startswith(("src/", "stages/"))], "depend on a code unit, not a source file"
     script = stage_deps.script_of(body)
@@ -47,6 +48,16 @@ def test_a_stage_depends_on_its_scripts_code_unit_and_on_no_source_file(name):
     study = re.search(r"--study (\w+)", body["cmd"])
     if study:  # a study's run imports its study's module by name
         assert f"code/studies/{study.group(1)}.json" in deps
+    # a dataset's kind is imported by name: download and prepare depend on the dataset's unit; a stage that writes
+    # a run folder on what its dataset's kind runs after training (face verification), on that dataset
+    if script in ("download", "prepare"):
+        assert "code/datasets/${item}.json" in deps
+    prepared = [d[len("data/prepared/"):] for d in deps if d.startswith("data/prepared/")]
+    if script in ("train", "train_tuned"):
+        assert [f"code/training/{d}.json" for d in prepared] == [d for d in deps if d.startswith("code/training/")]
+    else:
+        assert not [d for d in deps if d.startswith(("code/training/", "code/datasets/"))] or script in (
+            "download", "prepare")
 
 
 def test_the_stages_that_read_every_study_depend_on_every_studys_unit():
@@ -68,6 +79,17 @@ def test_a_stage_scripts_unit_is_its_import_closure_and_its_sections_owners(tmp_
     assert "stages/train.py" in train and "noisydml/engine/trainer.py" in train
     assert "noisydml/pipeline/report_params.py" not in train  # report's section: the report stage's alone
     assert "noisydml/pipeline/report_params.py" in code_unit("stages", "report")["files"]
+    # dataset kinds and face verification are imported by name, in the datasets' units: not the trainer's code
+    assert not [f for f in train if f.startswith("noisydml/data/kinds/")]
+    assert "noisydml/pipeline/face_features.py" not in train
+    kinds = {"glyphs": "glyphs", "faces": "faces"}
+    assert "noisydml/data/kinds/glyphs.py" in code_unit("datasets", "glyphs", datasets=kinds)["files"]
+    assert "noisydml/data/kinds/faces.py" not in code_unit("datasets", "glyphs", datasets=kinds)["files"]
+    assert code_unit("training", "glyphs", datasets=kinds)["files"] == {}
+    assert "noisydml/pipeline/face_features.py" in code_unit("training", "faces", datasets=kinds)["files"]
+    # a section's schema is in the units of the stages that load it: noise_runs in corrupt's, not in train's
+    assert "noisydml/sections/noise_runs.py" in code_unit("stages", "corrupt")["files"]
+    assert "noisydml/sections/noise_runs.py" not in train
 
 
 def test_a_digest_follows_meaning_not_bytes(tmp_path, monkeypatch):
@@ -203,8 +225,9 @@ def test_import_layers_hold():
 
 def test_every_schema_key_is_written_in_params_yaml():
     """No hidden defaults: every key a schema knows is in params.yaml, so `dvc params diff` shows it."""
-    from noisydml import config
     from noisydml.data.registry import DATASET_KINDS
+    from noisydml.runtime import RUNTIME_SCHEMA
+    from noisydml.sections import grid, timing, tracking, train
     from noisydml.methods import load_spec
     from noisydml.noise import NOISE_KINDS
 
@@ -217,14 +240,14 @@ def test_every_schema_key_is_written_in_params_yaml():
     from noisydml.evaluation import EVALUATE_SCHEMA
     from noisydml.pipeline.report_params import REPORT_SCHEMA
 
-    for key, schema in (("train", config.TRAIN_SCHEMA), ("runtime", config.RUNTIME_SCHEMA),
-                        ("evaluate", EVALUATE_SCHEMA), ("tracking", config.TRACKING_SCHEMA),
-                        ("report", REPORT_SCHEMA), ("timing", config.TIMING_SCHEMA),
-                        ("grid", config.GRID_SCHEMA)):
+    for key, schema in (("train", train.TRAIN_SCHEMA), ("runtime", RUNTIME_SCHEMA),
+                        ("evaluate", EVALUATE_SCHEMA), ("tracking", tracking.TRACKING_SCHEMA),
+                        ("report", REPORT_SCHEMA), ("timing", timing.TIMING_SCHEMA),
+                        ("grid", grid.GRID_SCHEMA)):
         need(raw[key], schema, key)
-    need(raw["train"]["batch"], config.BATCH_SCHEMA, "train.batch")
-    need(raw["train"]["optimizer"], config.OPTIMIZER_SCHEMA, "train.optimizer")
-    need(raw["train"]["schedule"], config.SCHEDULE_SCHEMA, "train.schedule")
+    need(raw["train"]["batch"], train.BATCH_SCHEMA, "train.batch")
+    need(raw["train"]["optimizer"], train.OPTIMIZER_SCHEMA, "train.optimizer")
+    need(raw["train"]["schedule"], train.SCHEDULE_SCHEMA, "train.schedule")
     for name in _method_names():
         assert name in raw["methods"], f"methods.{name} is missing from params.yaml"
         spec = load_spec(name)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import tiny_params
-from noisydml.config import PRETRAIN_SOURCE_CLASSES, validate_params
+from noisydml.config import validate_params
+from noisydml.sections.pretrain import PRETRAIN_SOURCE_CLASSES
 from noisydml.data import motifs
 from noisydml.data.registry import DATASET_KINDS
 from noisydml.schema import ParamsError

@@ -134,7 +134,7 @@ def test_check_help_is_help_not_a_file_name():
 
 
 def test_the_pretrain_bound_is_the_fonts_count():
-    from noisydml.config import PRETRAIN_SOURCE_CLASSES
+    from noisydml.sections.pretrain import PRETRAIN_SOURCE_CLASSES
     from noisydml.data.glyphs import source_chars
 
     assert len(source_chars()) == PRETRAIN_SOURCE_CLASSES["glyphs"]

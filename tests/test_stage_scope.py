@@ -133,11 +133,37 @@ def test_a_new_study_with_runs_re_runs_evaluate_and_the_report_only(committed, t
 
 
 def test_a_new_benchmark_re_runs_no_training(committed, tmp_path):
-    """A benchmark is an entry of benchmarks.py and its params entry: the download and prepare stages (whose code
-    holds every benchmark; their outputs stay the same, so nothing after them re-runs) and the report (it reads
-    the datasets section for the names of datasets)."""
-    stale, _ = _stale(committed, tmp_path, "a new benchmark (an entry of benchmarks.py, its params entry)")
-    assert stale == {"download@glyphs", "prepare@glyphs", "report"}
+    """A benchmark is a module in data/kinds and its params entry: no dataset's download or prepare (each runs its
+    own kind's module, by name), only the report (it reads the datasets section for the names of datasets)."""
+    stale, _ = _stale(committed, tmp_path, "a new benchmark (a module in data/kinds, its params entry)")
+    assert stale == {"report"}
+
+
+def test_a_change_in_one_dataset_kind_re_runs_that_kinds_stages_only(committed, tmp_path):
+    """The glyph renderer: the glyphs dataset's download and prepare, and the pretraining (its source set is
+    glyphs); no training stage directly (they re-run when the prepared data changes: what depends on them)."""
+    stale, _ = _stale(committed, tmp_path, "a change in the grid's dataset kind (data/glyphs.py)")
+    assert stale == {"download@glyphs", "prepare@glyphs", "pretrain"}
+
+
+def test_a_change_in_another_dataset_kind_re_runs_nothing_of_this_grid_but_the_pretraining(committed, tmp_path):
+    """data/faces.py: no glyphs stage, but the pretrain stage, whose code holds every source set it can pretrain on
+    (pretrain.source: glyphs, motifs or faces' source identities)."""
+    stale, _ = _stale(committed, tmp_path, "a change in another dataset kind (data/faces.py)")
+    assert stale == {"pretrain"}
+
+
+def test_a_change_in_face_verification_re_runs_no_retrieval_training(committed, tmp_path):
+    """Face verification is the faces kind's step after training (its code/training unit): a glyphs grid re-trains
+    nothing; evaluate scores verification, so it re-runs."""
+    stale, _ = _stale(committed, tmp_path, "a change in face verification (pipeline/face_features.py)")
+    assert stale == {"evaluate@glyphs"}
+
+
+def test_a_change_in_one_sections_schema_re_runs_the_stages_that_load_it(committed, tmp_path):
+    """noise_runs is loaded by the corrupt stages (the run-sourced noise's too), the label audit and the report."""
+    stale, names = _stale(committed, tmp_path, "a change in one section's schema (sections/noise_runs.py)")
+    assert stale == {n for n in names if n.split("@")[0] in ("corrupt", "corrupt_from_run", "audit")} | {"report"}
 
 
 def test_a_cross_section_rule_re_runs_nothing(committed, tmp_path):

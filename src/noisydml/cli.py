@@ -13,6 +13,7 @@ dvc.yaml and the stage's code.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -21,10 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 from noisydml import numerics
-from noisydml.config import GRID_KEYS, check_in_grid, load_params
+from noisydml.config import load_params
 from noisydml.data import DatasetError
 from noisydml.runtime import STAGE_STARTED
-from noisydml.schema import ParamsError
+from noisydml.schema import SECTION_OWNERS, ParamsError
 
 
 def _process_start() -> float:
@@ -97,21 +98,27 @@ def run_grid_stage(description: str, keys: tuple[str, ...], load: Callable[[], C
     """A stage for one item of the grid: ``--dataset/--noise/--method/--seed`` (those in ``keys``),
     checked against params.yaml's grid, then ``work(params, dataset=..., ...)`` with ``work = load()``."""
 
+    if "grid" not in sections:
+        raise ValueError("run_grid_stage: the stage's SECTIONS must name 'grid' (its item is checked against it)")
+    # the grid section's module, loaded by name as every section's owner is (a stage's code unit holds the owners
+    # of its SECTIONS): the stages without a grid item do not run it
+    grid = importlib.import_module(SECTION_OWNERS["grid"])
+
     def add_args(parser):
         for key in keys:
-            parser.add_argument(f"--{key}", type=GRID_KEYS[key][1], required=True)
+            parser.add_argument(f"--{key}", type=grid.GRID_KEYS[key][1], required=True)
 
     def load_item():
         work = load()
 
         def run_item(params, args):
             item = {key: getattr(args, key) for key in keys}
-            check_in_grid(params, **item)
+            grid.check_in_grid(params, **item)
             work(params, **item)
 
         return run_item
 
-    run_stage(description, add_args, load_item, ("grid", *sections))
+    run_stage(description, add_args, load_item, sections)
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Mapping
 
-from noisydml.config import noises_of
+from noisydml.sections.grid import noises_of
 from noisydml.schema import (PER_NOISE, Field, ParamsError, SectionCheck, check_choice, check_section, check_unique,
                              merged)
 

@@ -341,6 +341,24 @@ def mapping_or_empty(section: Any, key: str, what: str) -> Mapping:
     return section
 
 
+def check_named_sections(section: Any, key: str, what: str) -> dict[str, dict]:
+    """``{name: {kind: ..., ...}}`` sections (datasets, noise settings): names and the ``kind`` key.
+
+    The body of each entry is validated by its kind's registry when a stage uses it
+    (:func:`noisydml.data.registry.check_dataset`, :func:`noisydml.noise.check_noise`), or all at once
+    by :func:`noisydml.tools.check.check_all`.
+    """
+    if not isinstance(section, Mapping) or not section:
+        raise ParamsError(f"{key}: expected a non-empty mapping of {what} name -> settings")
+    out = {}
+    for name, body in section.items():
+        where = f"{key}.{check_name(name, key)}"
+        if not isinstance(body, Mapping) or "kind" not in body:
+            raise ParamsError(f"{where}: expected a mapping with a 'kind' key")
+        out[name] = dict(body)
+    return out
+
+
 # --------------------------------------------------------------------------
 # Which module validates each top-level section of params.yaml
 # --------------------------------------------------------------------------
@@ -362,13 +380,16 @@ class SectionCheck:
     source: str | None = None
 
 
+#: The top-level sections of params.yaml, in the file's order.
+TOP_LEVEL = ("grid", "method_sets", "datasets", "noise", "noise_runs", "pretrain", "weights", "train", "runtime",
+             "evaluate", "methods", "chains", "tuning", "tracking", "report", "timing", "figures")
 #: The module whose ``SECTION_CHECKS[<section>]`` validates each top-level section, imported by name only when a
-#: stage loads that section (:func:`noisydml.config.load_params`): a stage's code is what its own sections need,
-#: and the config core imports none of the modules below it that own a section (tuning, evaluation).
+#: stage loads that section (:func:`noisydml.config.load_params`): a stage's code is what its own sections need.
+#: Each section has a module of its own (``noisydml.sections.<name>``: its schema, its rules and the helpers that
+#: read it), so a change to one section's schema re-runs the stages that load that section and no other; the config
+#: core (loading, ordering, collecting problems) imports none of them.
 SECTION_OWNERS: dict[str, str] = {
-    **{name: "noisydml.config" for name in (
-        "method_sets", "grid", "datasets", "noise", "noise_runs", "pretrain", "weights", "train", "runtime",
-        "methods", "chains", "tracking", "timing", "figures")},
+    **{name: f"noisydml.sections.{name}" for name in TOP_LEVEL},  # a module per section, its schema and rules
     "report": "noisydml.pipeline.report_params",  # the report stage's alone: a report key re-runs no training
     "evaluate": "noisydml.evaluation",
     "tuning": "noisydml.tuning",

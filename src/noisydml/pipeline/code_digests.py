@@ -1,17 +1,22 @@
-"""The code_digests stage: what the code of each stage script, method and study means ->
-``code/stages/<script>.json``, ``code/methods/<method>.json``, ``code/studies/<study>.json``.
+"""The code_digests stage: what the code of each stage script, method, study and dataset means ->
+``code/stages/<script>.json``, ``code/methods/<method>.json``, ``code/studies/<study>.json``,
+``code/datasets/<dataset>.json`` (its kind's module: schema, download, prepare) and ``code/training/<dataset>.json``
+(what the train stage runs after training on it: a face dataset's verification embeddings; empty otherwise).
 
 A code unit is a file and the package files it runs (:func:`noisydml.closure.closure`), each with the sha256 of its
 meaning (:func:`noisydml.closure.meaning`: its syntax tree without comments, docstrings or layout). Every stage of
 dvc.yaml depends on its script's unit, a stage that trains a method also on that method's, one of a study's runs on
-that study's, and the stages that read every study (evaluate, report) on the folder of study units; none depends on
-a source file. After any code edit this stage runs first (a few seconds, it trains nothing); DVC then re-runs a stage
+that study's, a dataset's download and prepare stages on that dataset's, a training stage on its dataset's training
+unit, and the stages that read every study (evaluate, report) on the folder of study units; none depends on a
+source file. The dataset units follow ``datasets.<name>.kind`` of params.yaml (a unit per dataset, as DVC's templates
+name a stage's files by its item, the dataset, not by its kind). After any code edit this stage runs first (a few seconds, it trains nothing); DVC then re-runs a stage
 only when one of its units' files changed, so a comment or docstring edit re-runs nothing and a change of behaviour
 re-runs exactly the stages whose code runs it. DVC's templates cannot list a different set of files per matrix
 item, nor hash a file by anything but its bytes: that is why the units are files of their own.
 
-A stage script's unit also holds the modules that validate the params sections it loads (its ``SECTIONS``), which
-:mod:`noisydml.config` imports by name.
+A stage script's unit also holds the modules that validate the params sections it loads (its ``SECTIONS``, with the
+sections they need), which :mod:`noisydml.config` imports by name: one module per section
+(:mod:`noisydml.sections`), so a change to a section's schema re-runs only the stages that load it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ METHOD_CODE = CODE / "methods"
 #: and decide which stages an edit reaches; ``dvc repro`` them before reading ``dvc status``.
 DIGEST_STAGES = ("code_digests", "chain_code")
 #: The kinds of unit: the folder of each under :data:`CODE`.
-KINDS = ("stages", "methods", "studies")
+KINDS = ("stages", "methods", "studies", "datasets", "training")
 
 
 def stage_sections(script: Path) -> tuple[str, ...] | None:
@@ -45,10 +50,12 @@ def stage_sections(script: Path) -> tuple[str, ...] | None:
 
 
 def section_owner_files(sections: tuple[str, ...] | None) -> list[Path]:
-    """The modules that validate ``sections`` and ``runtime`` (imported by name when a stage loads them; their
-    ``needs`` are loaded too, and owned by these same modules or by noisydml.config)."""
-    names = set(SECTION_OWNERS.values()) if sections is None else {SECTION_OWNERS[s] for s in ("runtime", *sections)}
-    return [module_file(name) for name in sorted(names)]
+    """The modules that validate ``sections``, ``runtime`` and every section they need or read (each imported by
+    name when a stage loads its section: :func:`noisydml.config.sections_with_needs`)."""
+    from noisydml.config import sections_with_needs
+
+    loaded = SECTION_OWNERS if sections is None else sections_with_needs(("runtime", *sections))
+    return [module_file(name) for name in sorted({SECTION_OWNERS[s] for s in loaded})]
 
 
 def stage_files(script: Path) -> set[Path]:
@@ -56,18 +63,37 @@ def stage_files(script: Path) -> set[Path]:
     return closure(script, *section_owner_files(stage_sections(script)))
 
 
-def unit_files(kind: str, name: str, scripts: Path = STAGE_SCRIPTS) -> set[Path]:
-    """The files of unit ``name`` of ``kind`` (one of :data:`KINDS`)."""
+def dataset_kinds(params_file: str | Path = "params.yaml") -> dict[str, str]:
+    """Dataset name -> its kind, as params.yaml's ``datasets`` section says."""
+    from noisydml.config import load_params
+
+    return {name: body["kind"] for name, body in load_params(params_file, ("datasets",))["datasets"].items()}
+
+
+def unit_files(kind: str, name: str, scripts: Path = STAGE_SCRIPTS, datasets: dict[str, str] | None = None) -> set[Path]:
+    """The files of unit ``name`` of ``kind`` (one of :data:`KINDS`); ``datasets``: dataset name -> kind (None:
+    params.yaml's)."""
     if kind == "stages":
         return stage_files(scripts / f"{name}.py")
+    if kind in ("datasets", "training"):
+        from noisydml.data.registry import KINDS_PACKAGE, dataset_kind
+
+        kind_name = (datasets if datasets is not None else dataset_kinds())[name]
+        if kind == "datasets":
+            return closure(module_file(f"{KINDS_PACKAGE}.{kind_name}"))
+        after = dataset_kind(kind_name).after_training
+        return closure(module_file(after)) if after else set()
     package = {"methods": "noisydml.methods", "studies": "noisydml.studies"}[kind]
     return closure(module_file(f"{package}.{name}"))
 
 
-def unit_names(kind: str, scripts: Path = STAGE_SCRIPTS) -> list[str]:
-    """Every unit of ``kind``: the stage scripts, the methods' catalog, the studies' catalog."""
+def unit_names(kind: str, scripts: Path = STAGE_SCRIPTS, datasets: dict[str, str] | None = None) -> list[str]:
+    """Every unit of ``kind``: the stage scripts, the methods' catalog, the studies' catalog, params.yaml's datasets
+    (``datasets``: dataset name -> kind; None: params.yaml's)."""
     if kind == "stages":
         return sorted(p.stem for p in scripts.glob("*.py"))
+    if kind in ("datasets", "training"):
+        return sorted(datasets if datasets is not None else dataset_kinds())
     if kind == "methods":
         from noisydml.methods import method_names
 
@@ -88,16 +114,19 @@ def unit_record(kind: str, name: str, files, digests: dict[str, str]) -> dict:
     return {"unit": f"{kind}/{name}", "files": {f: digests[f] for f in sorted(file_name(p) for p in files)}}
 
 
-def code_unit(kind: str, name: str, scripts: Path = STAGE_SCRIPTS) -> dict:
+def code_unit(kind: str, name: str, scripts: Path = STAGE_SCRIPTS, datasets: dict[str, str] | None = None) -> dict:
     """Unit ``name`` of ``kind`` as the stage writes it (:func:`unit_record`)."""
-    files = unit_files(kind, name, scripts)
+    files = unit_files(kind, name, scripts, datasets)
     return unit_record(kind, name, files, file_digests(files))
 
 
-def write_code_digests(folder: Path = CODE, scripts: Path = STAGE_SCRIPTS) -> dict[str, int]:
+def write_code_digests(folder: Path = CODE, scripts: Path = STAGE_SCRIPTS,
+                       datasets: dict[str, str] | None = None) -> dict[str, int]:
     """Every unit of every kind (each file digested once), one folder per kind written atomically; returns how many
-    of each."""
-    units = {(kind, name): unit_files(kind, name, scripts) for kind in KINDS for name in unit_names(kind, scripts)}
+    of each. ``datasets``: dataset name -> kind (None: params.yaml's)."""
+    datasets = datasets if datasets is not None else dataset_kinds()
+    units = {(kind, name): unit_files(kind, name, scripts, datasets)
+             for kind in KINDS for name in unit_names(kind, scripts, datasets)}
     digests = file_digests(set().union(*units.values()))
     written = {}
     for kind in KINDS:

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 
 from noisydml import io
-from noisydml.config import clusters_a_run
+from noisydml.sections.grid import clusters_a_run
 from noisydml.runs import run_name
 from noisydml.data.prepared import train_split
 from noisydml.noise import NoiseInputs, check_noise, corrupt_labels

@@ -114,3 +114,14 @@ def verification_embeddings(embedder, prepared_dir: str | Path, block: int = BLO
         out.update(_image_and_flip(embedder, len(meta.images),
                                    lambda rows: read_ijb_images(folder / "IJB", meta, size, rows), "ijb", block))
     return out
+
+
+def after_training(model, retrieval: str, params: dict, seed: int, prepared_dir: str | Path,
+                   run_folder: str | Path) -> None:
+    """The ``faces`` kind's step after training (:attr:`noisydml.data.registry.DatasetKind.after_training`): its
+    verification images' features in the run folder (:data:`VERIFICATION_EMBEDDINGS`), which the evaluate stage
+    scores; nothing where the prepared dataset has no verification set."""
+    if not has_verification(prepared_dir):
+        return
+    embedder = model_embedder(model, retrieval, params["train"], params["runtime"], seed)
+    np.savez(Path(run_folder) / VERIFICATION_EMBEDDINGS, **verification_embeddings(embedder, prepared_dir))

@@ -26,7 +26,7 @@ from noisydml.reporting.tables import (
     VERIFICATION_METRICS, noise_table, plot_series, selection_summary, shares_markdown, summarise, timing_results,
     timing_table, verification_markdown, weight_summary,
 )
-from noisydml.config import noises_of
+from noisydml.sections.grid import noises_of
 from noisydml.runs import TUNED_SUFFIX, chain_tunings_of, find_chain, runs_of, tunings_of
 from noisydml.studies import check_study, load_study, study_names
 from noisydml.studies.base import ReportContext

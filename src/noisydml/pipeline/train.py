@@ -8,6 +8,7 @@ goes to ``.runinfo/`` beside it, outside DVC's outputs.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -17,11 +18,10 @@ import torch
 
 from noisydml import io
 from noisydml.data.images import InputPipeline
+from noisydml.data.registry import dataset_kind
 from noisydml.engine import distributed
 from noisydml.engine.embedding import embed
 from noisydml.engine.types import RunSpec, TrainResult
-from noisydml.pipeline.face_features import (VERIFICATION_EMBEDDINGS, has_verification, model_embedder,
-                                             verification_embeddings)
 from noisydml.pipeline.job import BuiltJob, build_job, fit
 from noisydml.pipeline.layout import DECISIONS, EXPORTS, TRAIN_EMBEDDINGS, Layout
 from noisydml.pipeline.rundata import load_run_data
@@ -156,10 +156,11 @@ def _write_run_folder(folder: Path, params: dict, run: Run, built: BuiltJob, res
     if decisions:  # the method's own per-sample decisions, row i = training sample sample_id[i]
         np.savez(folder / DECISIONS, sample_id=data.sample_ids, **decisions)
     prepared = layout.prepared(run.dataset)
-    if has_verification(prepared):  # a face dataset: its verification images' features, scored by evaluate
-        embedder = model_embedder(result.model, result.method.retrieval, params["train"], params["runtime"],
-                                  run.seed)
-        np.savez(folder / VERIFICATION_EMBEDDINGS, **verification_embeddings(embedder, prepared))
+    kind = dataset_kind(params["datasets"][run.dataset]["kind"])
+    if kind.after_training:  # a face dataset: its verification images' features, scored by evaluate
+        # imported by name: the dataset's code unit (code/training/<dataset>.json), not the train stage's
+        importlib.import_module(kind.after_training).after_training(
+            result.model, result.method.retrieval, params, run.seed, prepared, folder)
     pd.DataFrame(result.history).to_csv(folder / "history.csv", index=False)
     io.write_json(folder / "run.json", {
         "run_name": run.run_name, "method": run.method, "fingerprint": spec.fingerprint(),

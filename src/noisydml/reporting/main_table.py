@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 
-from noisydml.config import noises_of
+from noisydml.sections.grid import noises_of
 from noisydml.reporting.names import DASH, DASH_NOTE, DIGITS, METRICS, metric_name
 from noisydml.runs import TUNED_SUFFIX
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from noisydml import io
-from noisydml.config import noises_of
+from noisydml.sections.grid import noises_of
 from noisydml.reporting.names import DASH, DIGITS, metric_name, named_table, percent
 from noisydml.runs import Run
 

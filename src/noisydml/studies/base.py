@@ -124,7 +124,7 @@ class Study:
 
 def check_run_target(entry: dict, params: dict[str, Any], where: str) -> None:
     """A study's own runs train on a dataset and noise of the grid (whose labels the corrupt stage makes)."""
-    from noisydml.config import noises_of
+    from noisydml.sections.grid import noises_of
     from noisydml.schema import ParamsError, check_choice
 
     grid = params["grid"]

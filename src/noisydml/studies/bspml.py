@@ -17,7 +17,7 @@ import pandas as pd
 
 from noisydml import io
 from noisydml.reporting.plots import plot_embedding_size, plot_grid_maps
-from noisydml.config import noises_of
+from noisydml.sections.grid import noises_of
 from noisydml.runs import Run, RunKind
 
 #: Fig. 5's points: a method at one embedding size (stage train_embedding_size@<method>-<dim>-<seed>)

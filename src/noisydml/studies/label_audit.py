@@ -68,7 +68,7 @@ def _read(dataset: str, noise: str, name: str) -> pd.DataFrame:
 
 def audit_tables(ctx: ReportContext, section: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The audited settings' judged rows, bootstrap differences and precision-recall curves (each all settings)."""
-    from noisydml.config import noises_of
+    from noisydml.sections.grid import noises_of
 
     settings = [(d, n) for d in section["datasets"] for n in noises_of(ctx.params["grid"])]
     frames = [[_read(d, n, name) for d, n in settings] for name in ("judged.csv", "differences.csv",

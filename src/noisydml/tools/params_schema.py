@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from noisydml import config
+from noisydml.sections import chains, grid, noise_runs, pretrain, timing, tracking, train as train_section, weights
 from noisydml.data.registry import DATASET_KINDS
 from noisydml.evaluation import EVALUATE_SCHEMA
 from noisydml.methods import load_spec, method_names
 from noisydml.pipeline import report_params
 from noisydml.noise import FEATURES_SCHEMA, NOISE_KINDS
 from noisydml.runtime import RUNTIME_SCHEMA
-from noisydml.schema import Field, section_model
+from noisydml.schema import TOP_LEVEL, Field, section_model
 from noisydml import tuning
 from noisydml.studies import load_study, study_names
 
@@ -60,26 +60,26 @@ def _kinded(kinds: Mapping[str, Any], what: str, nested: Mapping[str, Mapping[st
 
 def params_json_schema() -> dict[str, Any]:
     """The JSON Schema of params.yaml (draft 2020-12)."""
-    train = _section(config.TRAIN_SCHEMA, "train", {
-        "input": _section(config.INPUT_SCHEMA, "train.input"), "batch": _section(config.BATCH_SCHEMA, "train.batch"),
-        "optimizer": _section(config.OPTIMIZER_SCHEMA, "train.optimizer"),
-        "schedule": _section(config.SCHEDULE_SCHEMA, "train.schedule")})
+    train = _section(train_section.TRAIN_SCHEMA, "train", {
+        "input": _section(train_section.INPUT_SCHEMA, "train.input"), "batch": _section(train_section.BATCH_SCHEMA, "train.batch"),
+        "optimizer": _section(train_section.OPTIMIZER_SCHEMA, "train.optimizer"),
+        "schedule": _section(train_section.SCHEDULE_SCHEMA, "train.schedule")})
     methods = {}
     for name in method_names():
         spec = load_spec(name)
         methods[name] = _section(spec.schema, f"methods.{name}",
                                  {key: _section(sub, f"methods.{name}.{key}") for key, sub in (spec.nested or {}).items()},
                                  {"description": spec.description})
-    chain_train = {k: config.TRAIN_SCHEMA[k] for k in config.CHAIN_TRAIN_KEYS}
-    chain = _section(config.CHAIN_SCHEMA, "chain", {
-        "init": _section(config.CHAIN_INIT_SCHEMA, "chain.init"),
-        "labels": _section(config.CHAIN_LABELS_SCHEMA, "chain.labels"),
+    chain_train = {k: train_section.TRAIN_SCHEMA[k] for k in chains.CHAIN_TRAIN_KEYS}
+    chain = _section(chains.CHAIN_SCHEMA, "chain", {
+        "init": _section(chains.CHAIN_INIT_SCHEMA, "chain.init"),
+        "labels": _section(chains.CHAIN_LABELS_SCHEMA, "chain.labels"),
         "train": {**_section({k: Field(f.type, None, min=f.min, max=f.max, above=f.above, choices=f.choices)
                               for k, f in chain_train.items()}, "chain.train"), "required": []}})
     chain["properties"]["seeds"] = {"anyOf": [{"const": "grid"}, {"type": "array", "items": {"type": "integer",
                                                                                              "minimum": 0}}],
-                                    "description": config.CHAIN_SCHEMA["seeds"].help}
-    noise_run = _section(config.NOISE_RUN_SCHEMA, "noise_run", {"run": _section(config.NOISE_RUN_RUN_SCHEMA,
+                                    "description": chains.CHAIN_SCHEMA["seeds"].help}
+    noise_run = _section(noise_runs.NOISE_RUN_SCHEMA, "noise_run", {"run": _section(noise_runs.NOISE_RUN_RUN_SCHEMA,
                                                                                 "noise_run.run")})
     studies = {}
     for name in study_names():
@@ -88,23 +88,23 @@ def params_json_schema() -> dict[str, Any]:
             studies[key] = {"type": "object", "description": f"{study.title}: validated by the study "
                                                              f"(noisydml/studies/{name}.py) at load time"}
     properties = {
-        "grid": _section(config.GRID_SCHEMA, "grid"),
+        "grid": _section(grid.GRID_SCHEMA, "grid"),
         "method_sets": _named({"type": "array", "items": {"type": "string"}}, "named lists of methods"),
         "datasets": _named(_kinded(DATASET_KINDS, "dataset"), "dataset name -> its kind and settings"),
         "noise": _named(_kinded(NOISE_KINDS, "noise", {"small_cluster": {
             "features": _section(FEATURES_SCHEMA, "noise.features")}}), "noise setting name -> its kind and settings"),
         "noise_runs": _named(noise_run, "<dataset>-<noise> -> the grid run whose embeddings it clusters"),
-        "pretrain": _section(config.PRETRAIN_SCHEMA, "pretrain"),
-        "weights": _named(_section(config.WEIGHTS_SCHEMA, "weights entry"), "published backbone weights"),
+        "pretrain": _section(pretrain.PRETRAIN_SCHEMA, "pretrain"),
+        "weights": _named(_section(weights.WEIGHTS_SCHEMA, "weights entry"), "published backbone weights"),
         "train": train,
         "runtime": _section(RUNTIME_SCHEMA, "runtime"),
         "methods": {"type": "object", "properties": methods, "additionalProperties": False},
         "chains": _named(chain, "stage key -> chained run"),
         "evaluate": _section(EVALUATE_SCHEMA, "evaluate"),
-        "tracking": _section(config.TRACKING_SCHEMA, "tracking"),
+        "tracking": _section(tracking.TRACKING_SCHEMA, "tracking"),
         "report": _section(report_params.REPORT_SCHEMA, "report"),
-        "timing": _section(config.TIMING_SCHEMA, "timing", {
-            "entries": _named(_section(config.TIMING_ENTRY_SCHEMA, "timing entry"), "label -> timed run")}),
+        "timing": _section(timing.TIMING_SCHEMA, "timing", {
+            "entries": _named(_section(timing.TIMING_ENTRY_SCHEMA, "timing entry"), "label -> timed run")}),
         "tuning": _section(tuning.TUNING_SCHEMA, "tuning", {
             "sampler": _section(tuning.SAMPLER_SCHEMA, "tuning.sampler"),
             "spaces": {"type": "object", "additionalProperties": {
@@ -115,8 +115,8 @@ def params_json_schema() -> dict[str, Any]:
         "profiles": {"type": "object", "description": "named lists of `dvc exp run -S` arguments"},
     }
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "noisydml params.yaml",
-            "type": "object", "properties": {k: v for k, v in properties.items() if k in config.TOP_LEVEL},
-            "required": [k for k in config.TOP_LEVEL if k in properties and k != "profiles"],
+            "type": "object", "properties": {k: v for k, v in properties.items() if k in TOP_LEVEL},
+            "required": [k for k in TOP_LEVEL if k in properties and k != "profiles"],
             "additionalProperties": False}
 
 
