@@ -1,8 +1,10 @@
-"""Print the code units the DVC stages depend on: the package files each stage script, method or study runs.
+"""Print the code units the DVC stages depend on: the package files each stage script, method, study or dataset
+runs.
 
     python scripts/stage_deps.py                 # every stage script's unit
     python scripts/stage_deps.py train           # one stage script's
     python scripts/stage_deps.py --methods prism # a method's (--studies bspml: a study's)
+    python scripts/stage_deps.py --datasets cub  # a dataset's kind (--training faces: what training on it runs after)
 
 These are the files the code_digests stage digests into code/<kind>/<name>.json (noisydml.pipeline.code_digests):
 a stage's code dependency in dvc.yaml is its script's unit (code/stages/<script>.json), never a source file.
@@ -50,7 +52,7 @@ def main(argv: list[str]) -> None:
 
     os.chdir(REPO)  # stage scripts are named relative to the repository's root, where DVC runs them
     kind = "stages"
-    if argv and argv[0] in ("--methods", "--studies"):
+    if argv and argv[0] in ("--methods", "--studies", "--datasets", "--training"):
         kind, argv = argv[0][2:], argv[1:]
     known = unit_names(kind, REPO / "stages")
     unknown = [a for a in argv if a not in known]
