@@ -92,6 +92,20 @@ def test_a_stage_scripts_unit_is_its_import_closure_and_its_sections_owners(tmp_
     assert "noisydml/sections/noise_runs.py" not in train
 
 
+def test_the_stages_closures_read_once_are_the_closures(monkeypatch):
+    """write_code_digests reads each file's imports once for every unit (code_digests.closures): the same files as
+    noisydml.closure.closure of each unit's roots."""
+    from noisydml.pipeline.code_digests import closures, unit_files, unit_names, unit_roots
+
+    monkeypatch.chdir(REPO)
+    kinds = {"glyphs": "glyphs", "faces": "faces"}
+    units = [("stages", name) for name in unit_names("stages")] + [
+        ("methods", "prism"), ("methods", "sgps"), ("studies", "sgps"), ("datasets", "glyphs"), ("training", "faces"),
+        ("training", "glyphs")]
+    read_once = closures({unit: unit_roots(*unit, datasets=kinds) for unit in units})
+    assert read_once == {unit: unit_files(*unit, datasets=kinds) for unit in units}
+
+
 def test_a_digest_follows_meaning_not_bytes(tmp_path, monkeypatch):
     """A comment, a docstring, a bare string or a layout edit changes no file's digest; a changed constant, name or
     statement does."""

@@ -25,7 +25,7 @@ import ast
 from pathlib import Path
 
 from noisydml import io
-from noisydml.closure import closure, file_digests, file_name, module_file
+from noisydml.closure import closure, file_digests, file_name, imported_modules, module_file
 from noisydml.schema import SECTION_OWNERS
 
 #: The stage's output folder, relative to the repository root (where the stages run).
@@ -58,9 +58,38 @@ def section_owner_files(sections: tuple[str, ...] | None) -> list[Path]:
     return [module_file(name) for name in sorted({SECTION_OWNERS[s] for s in loaded})]
 
 
+def stage_roots(script: Path) -> list[Path]:
+    """The files whose closure running stage script ``script`` executes: the script and its sections' owners."""
+    return [script, *section_owner_files(stage_sections(script))]
+
+
 def stage_files(script: Path) -> set[Path]:
     """Every file running stage script ``script`` executes: its import closure and its sections' owners'."""
-    return closure(script, *section_owner_files(stage_sections(script)))
+    return closure(*stage_roots(script))
+
+
+def closures(roots: dict) -> dict:
+    """:func:`noisydml.closure.closure` of each entry's root files (key -> its files), each file's imports read once:
+    the stage digests every unit at once, about 90 closures over the same 200 files, and reading a file's imports
+    (parsing it) was most of its time. tests/test_dependencies.py checks it against :func:`closure`."""
+    imports: dict[Path, set[Path]] = {}
+
+    def imported_files(path: Path) -> set[Path]:
+        if path not in imports:
+            imports[path] = {file.resolve() for file in map(module_file, imported_modules(path)) if file is not None}
+        return imports[path]
+
+    result = {}
+    for key, paths in roots.items():
+        seen: set[Path] = set()
+        todo = [Path(p).resolve() for p in paths]
+        while todo:
+            path = todo.pop()
+            if path not in seen:
+                seen.add(path)
+                todo.extend(imported_files(path) - seen)
+        result[key] = seen
+    return result
 
 
 def dataset_kinds(params_file: str | Path = "params.yaml") -> dict[str, str]:
@@ -70,21 +99,28 @@ def dataset_kinds(params_file: str | Path = "params.yaml") -> dict[str, str]:
     return {name: body["kind"] for name, body in load_params(params_file, ("datasets",))["datasets"].items()}
 
 
-def unit_files(kind: str, name: str, scripts: Path = STAGE_SCRIPTS, datasets: dict[str, str] | None = None) -> set[Path]:
-    """The files of unit ``name`` of ``kind`` (one of :data:`KINDS`); ``datasets``: dataset name -> kind (None:
-    params.yaml's)."""
+def unit_roots(kind: str, name: str, scripts: Path = STAGE_SCRIPTS,
+               datasets: dict[str, str] | None = None) -> list[Path]:
+    """The root files of unit ``name`` of ``kind`` (one of :data:`KINDS`; its files are their closure);
+    ``datasets``: dataset name -> kind (None: params.yaml's)."""
     if kind == "stages":
-        return stage_files(scripts / f"{name}.py")
+        return stage_roots(scripts / f"{name}.py")
     if kind in ("datasets", "training"):
         from noisydml.data.registry import KINDS_PACKAGE, dataset_kind
 
         kind_name = (datasets if datasets is not None else dataset_kinds())[name]
         if kind == "datasets":
-            return closure(module_file(f"{KINDS_PACKAGE}.{kind_name}"))
+            return [module_file(f"{KINDS_PACKAGE}.{kind_name}")]
         after = dataset_kind(kind_name).after_training
-        return closure(module_file(after)) if after else set()
+        return [module_file(after)] if after else []
     package = {"methods": "noisydml.methods", "studies": "noisydml.studies"}[kind]
-    return closure(module_file(f"{package}.{name}"))
+    return [module_file(f"{package}.{name}")]
+
+
+def unit_files(kind: str, name: str, scripts: Path = STAGE_SCRIPTS, datasets: dict[str, str] | None = None) -> set[Path]:
+    """The files of unit ``name`` of ``kind`` (one of :data:`KINDS`): the closure of its :func:`unit_roots`."""
+    roots = unit_roots(kind, name, scripts, datasets)
+    return closure(*roots) if roots else set()
 
 
 def unit_names(kind: str, scripts: Path = STAGE_SCRIPTS, datasets: dict[str, str] | None = None) -> list[str]:
@@ -125,8 +161,8 @@ def write_code_digests(folder: Path = CODE, scripts: Path = STAGE_SCRIPTS,
     """Every unit of every kind (each file digested once), one folder per kind written atomically; returns how many
     of each. ``datasets``: dataset name -> kind (None: params.yaml's)."""
     datasets = datasets if datasets is not None else dataset_kinds()
-    units = {(kind, name): unit_files(kind, name, scripts, datasets)
-             for kind in KINDS for name in unit_names(kind, scripts, datasets)}
+    units = closures({(kind, name): unit_roots(kind, name, scripts, datasets)
+                      for kind in KINDS for name in unit_names(kind, scripts, datasets)})
     digests = file_digests(set().union(*units.values()))
     written = {}
     for kind in KINDS:
