@@ -134,3 +134,13 @@ def test_a_write_killed_at_any_moment_leaves_a_whole_file(tmp_path):
         writer.wait()
         assert target.read_text() in (a, b)
     assert Path(target).stat().st_size in (len(a.encode()), len(b.encode()))
+
+
+def test_a_url_in_a_flow_mapping_reads_as_dvc_writes_it():
+    """`-S +datasets.mine={..., url: http://host:port/...}` is written by DVC in flow style; ruamel.yaml's own
+    (YAML 1.2) scanner reads it. libyaml's (the optional ruamel.yaml.clib, which DVC and we would then use) refuses a
+    ':' inside a plain scalar of a flow mapping: installing it would make DVC fail on params files it wrote itself
+    (docs/launch.md, "Feedback time")."""
+    from ruamel.yaml import YAML
+
+    assert YAML(typ="safe").load("a: {url: http://127.0.0.1:1/x.tgz}\n") == {"a": {"url": "http://127.0.0.1:1/x.tgz"}}

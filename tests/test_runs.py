@@ -2,6 +2,7 @@
 output are the run's folder and whose name is the run's stage -- checked through DVC's own resolution of dvc.yaml,
 with every kind of run switched on."""
 
+import functools
 import shutil
 
 import pytest
@@ -97,15 +98,22 @@ def test_a_runs_overrides_are_the_only_difference_from_params(resolved):
     assert chain.params(params)["methods"]["prism"]["noise_rate"] == 0.2
 
 
+@functools.cache
+def _unit_files() -> dict[str, set]:
+    """Every code unit (``code/<kind>/<name>.json``) -> its files, as the code_digests stage finds them (each file's
+    imports read once for all units)."""
+    from noisydml.pipeline.code_digests import KINDS, closures, unit_names, unit_roots
+
+    return closures({f"code/{kind}/{name}.json": unit_roots(kind, name, REPO / "stages")
+                     for kind in KINDS for name in unit_names(kind, REPO / "stages")})
+
+
 def _reached_by(stage_deps: dict[str, list[str]], path: str) -> set[str]:
     """The kinds of stage a change of the package file ``path`` (``noisydml/...``) makes stale: those with a code
     unit holding it (code/<kind>/<name>.json, as the code_digests stage writes it), or the folder of such a unit,
     among their deps; a file no unit holds yet (a new study) reaches the stages with its unit's folder."""
-    from noisydml.pipeline.code_digests import KINDS, unit_files, unit_names
-
     file = (REPO / "src" / path).resolve()
-    units = {f"code/{kind}/{name}.json" for kind in KINDS for name in unit_names(kind, REPO / "stages")
-             if file in unit_files(kind, name, REPO / "stages")}
+    units = {unit for unit, files in _unit_files().items() if file in files}
     if path.startswith("noisydml/studies/") and not file.exists():
         units.add(f"code/studies/{file.stem}.json")
     return {name.split("@")[0] for name, deps in stage_deps.items()

@@ -248,6 +248,8 @@ def ui(argv: list[str]) -> int:
     from noisydml.tracking import relocate_artifacts, sqlite_path, tracking_uri
 
     args = ui_parser().parse_args(argv)
+    if args.workers < 1:
+        return _refuse(f"--workers {args.workers}: the web server needs at least 1 process")
     uri = tracking_uri()
     db = sqlite_path(uri)
     if db is not None:
@@ -257,7 +259,7 @@ def ui(argv: list[str]) -> int:
         if moved:
             print(f"{db}: artifact locations of {moved} experiment(s) and run(s) moved to {db.parent / 'mlartifacts'}")
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
-               "--port", str(args.port)]
+               "--port", str(args.port), "--workers", str(args.workers)]
     print(" ".join(command), flush=True)
     from noisydml.processes import run_group
 
@@ -270,6 +272,9 @@ def ui_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noisydml ui", description=ui.__doc__.split(":", 1)[1].strip())
     parser.add_argument("--port", type=int, default=5000, help="default: 5000")
     parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine only)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="the web server's processes (default: 1, ours: one person viewing one repository's "
+                             "store; MLflow's own default, 4, starts four, and the server is up ~12 s later on 2 cores)")
     return parser
 
 

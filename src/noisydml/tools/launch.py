@@ -760,10 +760,11 @@ def apply_overrides(args) -> Any:
     """``-S``: a transaction: DVC's -S on a copy, the result validated whole (every problem at once), and only
     then written, as a minimal edit of the file (comments and anchors kept); ``--dry`` writes nothing. Returns the
     edit (:func:`noisydml.tools.overrides.apply`)."""
-    from noisydml.tools.check import report_name_warnings, validate_all
     from noisydml.tools.overrides import apply
 
     edit = apply(args.params, args.set_param)
+    from noisydml.tools.check import report_name_warnings, validate_all  # after DVC took -S (torch's import: seconds)
+
     checked = validate_all(edit.data, files=Path(args.params).resolve().parent)
     for warning in report_name_warnings(checked):
         print(f"launch: warning: {warning}", file=sys.stderr)
