@@ -63,11 +63,6 @@ def stage_roots(script: Path) -> list[Path]:
     return [script, *section_owner_files(stage_sections(script))]
 
 
-def stage_files(script: Path) -> set[Path]:
-    """Every file running stage script ``script`` executes: its import closure and its sections' owners'."""
-    return closure(*stage_roots(script))
-
-
 def closures(roots: dict) -> dict:
     """:func:`noisydml.closure.closure` of each entry's root files (key -> its files), each file's imports read once:
     the stage digests every unit at once, about 90 closures over the same 200 files, and reading a file's imports
@@ -119,8 +114,7 @@ def unit_roots(kind: str, name: str, scripts: Path = STAGE_SCRIPTS,
 
 def unit_files(kind: str, name: str, scripts: Path = STAGE_SCRIPTS, datasets: dict[str, str] | None = None) -> set[Path]:
     """The files of unit ``name`` of ``kind`` (one of :data:`KINDS`): the closure of its :func:`unit_roots`."""
-    roots = unit_roots(kind, name, scripts, datasets)
-    return closure(*roots) if roots else set()
+    return closure(*unit_roots(kind, name, scripts, datasets))
 
 
 def unit_names(kind: str, scripts: Path = STAGE_SCRIPTS, datasets: dict[str, str] | None = None) -> list[str]:
